@@ -1,0 +1,67 @@
+# tiermem: every target does its own set-up on a fresh machine.
+#   make serve   run the daemon with the built-in default config
+#   make test    lint, proto check and the whole test suite
+#   make bench   run every benchmark under bench/ and refresh bench/results/
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PROTO_VENV := .venv-proto
+PROTO_STAMP := $(PROTO_VENV)/.installed
+# The generator is pinned to the oldest protobuf runtime we support (lmcache
+# installs protobuf 6.x and grpcio 1.78): code from newer grpcio-tools fails there.
+GRPC_TOOLS := grpcio-tools==1.78.0 mypy-protobuf==5.1.0
+TORCH  := torch==2.13.0
+PROTOS := $(wildcard proto/tiermem/v1/*.proto proto/tiermem/storage/v1/*.proto)
+PYTEST_ARGS ?=
+
+.PHONY: venv serve test lint typecheck proto proto-check unit bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# CPU torch first (a local wheel here); the server extra's torch range is then satisfied.
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e '.[server,test]'
+	touch $@
+
+$(PROTO_STAMP):
+	test -x $(PROTO_VENV)/bin/python || $(PYTHON) -m venv $(PROTO_VENV)
+	$(PROTO_VENV)/bin/pip install -q $(GRPC_TOOLS)
+	touch $@
+
+# Regenerate tiermem/v1 and tiermem/storage/v1 from proto/.
+proto: $(PROTO_STAMP)
+	PATH=$(abspath $(PROTO_VENV))/bin:$$PATH .ci/gen-proto $(PROTO_VENV)/bin/python .
+
+# Fails if the checked-in generated code differs from a fresh generation.
+proto-check: $(PROTO_STAMP)
+	rm -rf .proto-check && mkdir -p .proto-check
+	PATH=$(abspath $(PROTO_VENV))/bin:$$PATH .ci/gen-proto $(PROTO_VENV)/bin/python .proto-check
+	diff -r -x __pycache__ .proto-check/tiermem/v1 tiermem/v1
+	diff -r -x __pycache__ .proto-check/tiermem/storage tiermem/storage
+	rm -rf .proto-check
+	@echo "generated protobuf code is up to date"
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy -p tiermem
+
+serve: venv
+	$(BIN)/tiermem serve --data-dir ./tiermem-data
+
+test: venv lint proto-check
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+unit: venv
+	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)
+
+bench: venv
+	$(BIN)/python -m bench.run_all
+
+clean:
+	rm -rf .proto-check build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,71 @@
+"""Typed exceptions raised by the clients, one per gRPC status family.
+
+Every exception carries the server's message (``str(exc)``) and the gRPC
+status name (``exc.code``).
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class TiermemClientError(Exception):
+    """Base class: any failed call."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+class InvalidArgumentError(TiermemClientError):
+    """The request was malformed (also OUT_OF_RANGE)."""
+
+
+class NotFoundError(TiermemClientError):
+    """No such object, namespace or session."""
+
+
+class AlreadyExistsError(TiermemClientError):
+    """The object exists and the call asked not to overwrite it."""
+
+
+class CapacityError(TiermemClientError):
+    """A tier, quota or limit is full (RESOURCE_EXHAUSTED)."""
+
+
+class PermissionDeniedError(TiermemClientError):
+    """Missing or insufficient credentials (UNAUTHENTICATED, PERMISSION_DENIED)."""
+
+
+class ChecksumError(TiermemClientError):
+    """Bytes failed verification (DATA_LOSS), on upload or in storage."""
+
+
+class UnavailableError(TiermemClientError):
+    """The daemon is unreachable or starting; retried automatically first."""
+
+
+class DeadlineError(TiermemClientError):
+    """The call ran past its deadline."""
+
+
+_BY_CODE: dict[grpc.StatusCode, type[TiermemClientError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidArgumentError,
+    grpc.StatusCode.NOT_FOUND: NotFoundError,
+    grpc.StatusCode.ALREADY_EXISTS: AlreadyExistsError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: CapacityError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.UNAUTHENTICATED: PermissionDeniedError,
+    grpc.StatusCode.DATA_LOSS: ChecksumError,
+    grpc.StatusCode.UNAVAILABLE: UnavailableError,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineError,
+}
+
+
+def from_rpc_error(exc: grpc.RpcError) -> TiermemClientError:
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    cls = _BY_CODE.get(code, TiermemClientError)
+    return cls(code.name if code else "UNKNOWN", details or "")

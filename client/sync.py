@@ -1,0 +1,272 @@
+"""The synchronous client.
+
+Every call has a deadline (``timeout_s``, per call or the client's default) and
+is retried with exponential backoff on UNAVAILABLE only (the daemon is starting
+or unreachable); every other failure raises a typed ``TiermemClientError``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+
+from tiermem.client import _wire
+from tiermem.client.errors import from_rpc_error
+from tiermem.client.types import Kind, ObjectInfo, Profile, Stats
+from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
+
+T = TypeVar("T")
+
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+def channel_options() -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.enable_retries", 0),  # retries are ours: UNAVAILABLE only, with backoff
+    ]
+
+
+class Client:
+    """Blocking client. Thread-safe; share one per process and ``close()`` it."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        namespace: str = "default",
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        token: str | None = None,
+        chunk_bytes: int = _wire.DEFAULT_CHUNK_BYTES,
+        verify: bool = True,
+    ) -> None:
+        """``verify``: send a checksum with every put (the daemon rejects damaged
+        uploads) and check whole-object gets against the daemon's checksum."""
+        self.address = address
+        self.namespace = namespace
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.chunk_bytes = chunk_bytes
+        self.verify = verify
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._channel = grpc.insecure_channel(address, options=channel_options())
+        self._objects = object_pb2_grpc.ObjectServiceStub(self._channel)
+        self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        delay = 0.05
+        for attempt in range(self.retries + 1):
+            try:
+                return fn(timeout)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                raise from_rpc_error(exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- objects -----------------------------------------------------------------
+    def put(
+        self,
+        kind: Kind,
+        key: str,
+        data: Any,
+        *,
+        namespace: str | None = None,
+        profile: Profile | None = None,
+        session: str = "",
+        dtype: str = "",
+        shape: tuple[int, ...] = (),
+        memory_format: str = "",
+        if_absent: bool = False,
+        timeout_s: float | None = None,
+    ) -> ObjectInfo:
+        """Store bytes-like ``data`` (bytes, bytearray, memoryview, numpy array).
+        ``dtype``/``shape`` mark the value as a tensor (checked against its size)."""
+        view = _wire.as_view(data)
+        header = _wire.put_header(
+            namespace or self.namespace,
+            kind,
+            key,
+            view,
+            profile=profile,
+            session=session,
+            dtype=dtype,
+            shape=shape,
+            memory_format=memory_format,
+            if_absent=if_absent,
+            verify=self.verify,
+        )
+
+        def call(timeout: float) -> ObjectInfo:
+            reply = self._objects.Put(
+                _wire.put_requests(header, view, self.chunk_bytes),
+                timeout=timeout,
+                metadata=self._metadata,
+            )
+            return _wire.info(reply.meta)
+
+        return self._call(call, timeout_s)
+
+    def put_array(self, kind: Kind, key: str, array: np.ndarray[Any, Any], **kw: Any) -> ObjectInfo:
+        dtype = _wire.NUMPY_DTYPES.get(array.dtype.name)
+        if dtype is None:
+            raise ValueError(f"numpy dtype {array.dtype} is not supported")
+        return self.put(kind, key, array, dtype=dtype, shape=tuple(array.shape), **kw)
+
+    def put_tensor(self, kind: Kind, key: str, tensor: Any, **kw: Any) -> ObjectInfo:
+        """Store a torch tensor (any dtype, bfloat16 included) with its dtype and shape."""
+        view, dtype, shape = _wire.tensor_view(tensor)
+        return self.put(kind, key, view, dtype=dtype, shape=shape, **kw)
+
+    def get_with_info(
+        self,
+        kind: Kind,
+        key: str,
+        *,
+        namespace: str | None = None,
+        offset: int = 0,
+        length: int = 0,
+        timeout_s: float | None = None,
+    ) -> tuple[ObjectInfo, bytes]:
+        request = object_pb2.GetRequest(
+            key=_wire.object_key(namespace or self.namespace, kind, key),
+            offset=offset,
+            length=length,
+        )
+
+        def call(timeout: float) -> tuple[ObjectInfo, bytes]:
+            stream = self._objects.Get(request, timeout=timeout, metadata=self._metadata)
+            first = next(stream)
+            meta = _wire.info(first.meta)
+            data = b"".join([msg.chunk for msg in stream])
+            return meta, data
+
+        meta, data = self._call(call, timeout_s)
+        if self.verify:
+            _wire.verify_get(meta, data, whole=offset == 0 and length == 0)
+        return meta, data
+
+    def get(self, kind: Kind, key: str, **kw: Any) -> bytes:
+        return self.get_with_info(kind, key, **kw)[1]
+
+    def get_array(self, kind: Kind, key: str, **kw: Any) -> np.ndarray[Any, Any]:
+        meta, data = self.get_with_info(kind, key, **kw)
+        return _wire.array_from(meta, data)
+
+    def get_tensor(self, kind: Kind, key: str, **kw: Any) -> Any:
+        meta, data = self.get_with_info(kind, key, **kw)
+        return _wire.tensor_from(meta, data)
+
+    def stat(
+        self, kind: Kind, key: str, *, namespace: str | None = None, timeout_s: float | None = None
+    ) -> ObjectInfo:
+        request = object_pb2.StatRequest(
+            key=_wire.object_key(namespace or self.namespace, kind, key)
+        )
+        reply = self._call(
+            lambda t: self._objects.Stat(request, timeout=t, metadata=self._metadata), timeout_s
+        )
+        return _wire.info(reply.meta)
+
+    def delete(
+        self, kind: Kind, key: str, *, namespace: str | None = None, timeout_s: float | None = None
+    ) -> bool:
+        request = object_pb2.DeleteRequest(
+            key=_wire.object_key(namespace or self.namespace, kind, key)
+        )
+        reply = self._call(
+            lambda t: self._objects.Delete(request, timeout=t, metadata=self._metadata), timeout_s
+        )
+        return bool(reply.deleted)
+
+    def list(
+        self,
+        *,
+        namespace: str | None = None,
+        kind: Kind | None = None,
+        prefix: str = "",
+        session: str = "",
+        page_size: int = 0,
+        timeout_s: float | None = None,
+    ) -> Iterator[ObjectInfo]:
+        """All matching objects, fetched page by page as the iterator advances."""
+        token = ""
+        while True:
+            request = object_pb2.ListRequest(
+                namespace=namespace or self.namespace,
+                kind=int(kind or 0),  # type: ignore[arg-type]
+                key_prefix=prefix,
+                session=session,
+                page_size=page_size,
+                page_token=token,
+            )
+            reply = self._call(self._list_page(request), timeout_s)
+            for meta in reply.objects:
+                yield _wire.info(meta)
+            token = reply.next_page_token
+            if not token:
+                return
+
+    def _list_page(
+        self, request: object_pb2.ListRequest
+    ) -> Callable[[float], object_pb2.ListResponse]:
+        return lambda t: self._objects.List(request, timeout=t, metadata=self._metadata)
+
+    # -- admin -------------------------------------------------------------------
+    def stats(self, *, timeout_s: float | None = None) -> Stats:
+        reply = self._call(
+            lambda t: self._admin.Stats(
+                admin_pb2.StatsRequest(), timeout=t, metadata=self._metadata
+            ),
+            timeout_s,
+        )
+        return _wire.stats(reply)
+
+    def create_namespace(self, name: str, *, timeout_s: float | None = None) -> bool:
+        reply = self._call(
+            lambda t: self._admin.CreateNamespace(
+                admin_pb2.CreateNamespaceRequest(name=name), timeout=t, metadata=self._metadata
+            ),
+            timeout_s,
+        )
+        return bool(reply.created)
+
+    def list_namespaces(self, *, timeout_s: float | None = None) -> builtins.list[str]:
+        reply = self._call(
+            lambda t: self._admin.ListNamespaces(
+                admin_pb2.ListNamespacesRequest(), timeout=t, metadata=self._metadata
+            ),
+            timeout_s,
+        )
+        return list(reply.names)
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Block until the daemon answers (or raise UnavailableError)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.stats(timeout_s=min(2.0, timeout_s))
+                return
+            except Exception:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)

@@ -1,0 +1,53 @@
+"""AdminService servicer."""
+
+from __future__ import annotations
+
+import grpc
+
+from tiermem.server.services.admin import AdminService
+from tiermem.v1 import admin_pb2, admin_pb2_grpc
+
+
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, admin: AdminService) -> None:
+        self._admin = admin
+
+    def Stats(
+        self, request: admin_pb2.StatsRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.StatsResponse:
+        report = self._admin.stats()
+        return admin_pb2.StatsResponse(
+            version=report.version,
+            objects=report.objects,
+            uptime_s=report.uptime_s,
+            tiers=[
+                admin_pb2.TierStats(
+                    tier=int(t.tier),  # type: ignore[arg-type]
+                    enabled=t.enabled,
+                    capacity_bytes=t.capacity_bytes,
+                    used_bytes=t.used_bytes,
+                    high_watermark=t.high_watermark,
+                    low_watermark=t.low_watermark,
+                    device=t.device,
+                    by_kind=[
+                        admin_pb2.KindUsage(
+                            kind=int(kind),  # type: ignore[arg-type]
+                            objects=count,
+                            bytes=nbytes,
+                        )
+                        for kind, (count, nbytes) in sorted(t.by_kind.items())
+                    ],
+                )
+                for t in report.tiers
+            ],
+        )
+
+    def CreateNamespace(
+        self, request: admin_pb2.CreateNamespaceRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.CreateNamespaceResponse:
+        return admin_pb2.CreateNamespaceResponse(created=self._admin.create_namespace(request.name))
+
+    def ListNamespaces(
+        self, request: admin_pb2.ListNamespacesRequest, context: grpc.ServicerContext
+    ) -> admin_pb2.ListNamespacesResponse:
+        return admin_pb2.ListNamespacesResponse(names=self._admin.list_namespaces())

@@ -1,0 +1,1 @@
+"""Object metadata: durable records in RocksDB plus a compact in-memory index."""

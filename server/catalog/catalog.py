@@ -1,0 +1,301 @@
+"""The catalog: durable object records plus the compact in-memory index.
+
+Records (``storage.v1.ObjectRecord``) live in RocksDB column family "objects"
+keyed by the encoded object key; the index (``catalog.index``) mirrors what the
+hot path and the planner need. The record is the truth for metadata that rarely
+changes (profile, tensor info, session, version); the index is the truth for
+where the value is served from right now (tier, location) and for access stats.
+
+Not thread-safe: the object service serialises access with its lock.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from tiermem.server.catalog.index import (
+    FLAG_DURABLE,
+    FLAG_PINNED,
+    SEG_INLINE,
+    SEG_NONE,
+    ObjectIndex,
+)
+from tiermem.server.errors import NotFound
+from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Tier, validate_namespace
+from tiermem.server.protoconv import meta_from_proto, meta_to_proto
+from tiermem.server.storage.rocks import Batch, RocksStore
+from tiermem.storage.v1 import records_pb2
+
+_EXPIRY = struct.Struct(">Q")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A snapshot of one index row, taken under the service lock."""
+
+    row: int
+    kind: Kind
+    tier: Tier
+    size: int
+    loc: int
+    seg: int
+    seg_off: int
+    checksum: int
+    flags: int
+    expires_ms: int
+
+    @property
+    def durable(self) -> bool:
+        return bool(self.flags & FLAG_DURABLE)
+
+    @property
+    def pinned(self) -> bool:
+        return bool(self.flags & FLAG_PINNED)
+
+    @property
+    def persisted(self) -> bool:
+        return self.seg != SEG_NONE
+
+    def same_copy(self, other: Entry) -> bool:
+        """True if ``other`` still describes the very copy this snapshot saw."""
+        return (self.row, self.tier, self.loc, self.seg, self.seg_off, self.checksum) == (
+            other.row,
+            other.tier,
+            other.loc,
+            other.seg,
+            other.seg_off,
+            other.checksum,
+        )
+
+
+def session_index_key(session: str, encoded_key: bytes) -> bytes:
+    return session.encode() + b"\x00" + encoded_key
+
+
+def expiry_index_key(expires_ms: int, encoded_key: bytes) -> bytes:
+    return _EXPIRY.pack(expires_ms) + encoded_key
+
+
+class Catalog:
+    def __init__(self, rocks: RocksStore) -> None:
+        self.rocks = rocks
+        self.index = ObjectIndex()
+        #: encoded key of every row whose serving copy is in HBM or DRAM (needed to
+        #: demote it); bounded by what fits in those tiers.
+        self.resident_keys: dict[int, bytes] = {}
+        self.namespaces: dict[str, int] = {}
+        for name, raw in rocks.scan("namespaces"):
+            self.namespaces[name.decode()] = int.from_bytes(raw[:2], "little")
+
+    # -- namespaces -------------------------------------------------------------
+    def ensure_namespace(self, name: str) -> bool:
+        """Create the namespace if missing; returns True if it was created."""
+        validate_namespace(name)
+        if name in self.namespaces:
+            return False
+        ns_id = len(self.namespaces) + 1
+        if ns_id >= 1 << 16:
+            from tiermem.server.errors import CapacityExceeded
+
+            raise CapacityExceeded("at most 65535 namespaces are supported")
+        created_ms = int(time.time() * 1000)
+        self.rocks.cf("namespaces").put(
+            name.encode(), ns_id.to_bytes(2, "little") + created_ms.to_bytes(8, "little")
+        )
+        self.rocks.flush()
+        self.namespaces[name] = ns_id
+        return True
+
+    def namespace_id(self, name: str) -> int:
+        ns_id = self.namespaces.get(name)
+        if ns_id is None:
+            raise NotFound(
+                f"namespace {name!r} not found; create it with `tiermem ns create {name}` "
+                "or list it under `namespaces` in the config"
+            )
+        return ns_id
+
+    # -- rows -------------------------------------------------------------------
+    def find(self, encoded_key: bytes) -> Entry | None:
+        row = self.index.find(encoded_key)
+        return None if row is None else self.entry(row)
+
+    def entry(self, row: int) -> Entry:
+        c = self.index.cols
+        return Entry(
+            row=row,
+            kind=Kind(int(c["kind"][row])),
+            tier=Tier(int(c["tier"][row])),
+            size=int(c["size"][row]),
+            loc=int(c["loc"][row]),
+            seg=int(c["seg"][row]),
+            seg_off=int(c["seg_off"][row]),
+            checksum=int(c["checksum"][row]),
+            flags=int(c["flags"][row]),
+            expires_ms=int(c["expires"][row]),
+        )
+
+    def set_row(
+        self,
+        encoded_key: bytes,
+        meta: ObjectMeta,
+        *,
+        tier: Tier,
+        loc: int,
+        seg: int,
+        seg_off: int,
+    ) -> int:
+        row = self.index.find(encoded_key)
+        if row is None:
+            row = self.index.insert(encoded_key)
+        c = self.index.cols
+        flags = int(c["flags"][row]) & 1  # keep FLAG_LIVE
+        if meta.durable:
+            flags |= FLAG_DURABLE
+        if meta.profile.pin:
+            flags |= FLAG_PINNED
+        c["flags"][row] = flags
+        c["kind"][row] = int(meta.key.kind)
+        c["ns"][row] = self.namespaces.get(meta.key.namespace, 0)
+        c["size"][row] = meta.size_bytes
+        c["checksum"][row] = meta.checksum
+        c["expires"][row] = meta.expires_unix_ms
+        c["atime"][row] = time.time()
+        self.place(row, encoded_key, tier=tier, loc=loc, seg=seg, seg_off=seg_off)
+        return row
+
+    def place(
+        self, row: int, encoded_key: bytes, *, tier: Tier, loc: int, seg: int, seg_off: int
+    ) -> None:
+        """Record where the row's serving copy and SSD copy are."""
+        c = self.index.cols
+        c["tier"][row] = int(tier)
+        c["loc"][row] = loc
+        c["seg"][row] = seg
+        c["seg_off"][row] = seg_off
+        if tier in (Tier.HBM, Tier.DRAM):
+            self.resident_keys[row] = encoded_key
+        else:
+            self.resident_keys.pop(row, None)
+
+    def set_pinned(self, row: int, pinned: bool) -> None:
+        c = self.index.cols["flags"]
+        c[row] = (int(c[row]) | FLAG_PINNED) if pinned else (int(c[row]) & ~FLAG_PINNED)
+
+    def touch(self, row: int) -> None:
+        self.index.cols["atime"][row] = time.time()
+
+    def remove_row(self, encoded_key: bytes) -> None:
+        row = self.index.remove(encoded_key)
+        self.resident_keys.pop(row, None)
+
+    # -- records ----------------------------------------------------------------
+    def record(self, encoded_key: bytes) -> records_pb2.ObjectRecord | None:
+        raw = self.rocks.get("objects", encoded_key)
+        if raw is None:
+            return None
+        rec = records_pb2.ObjectRecord()
+        rec.ParseFromString(raw)
+        return rec
+
+    def meta(self, encoded_key: bytes, entry: Entry) -> ObjectMeta:
+        """Full metadata: the record plus live placement from the index."""
+        rec = self.record(encoded_key)
+        if rec is None:
+            raise NotFound(f"object {ObjectKey.decode(encoded_key)} not found")
+        return self.meta_from_record(rec, entry)
+
+    def meta_from_record(self, rec: records_pb2.ObjectRecord, entry: Entry) -> ObjectMeta:
+        meta = meta_from_proto(rec.meta)
+        meta.tier = entry.tier
+        meta.persisted = entry.persisted
+        meta.profile.pin = entry.pinned
+        meta.accessed_unix_ms = int(float(self.index.cols["atime"][entry.row]) * 1000)
+        return meta
+
+    def stage_record(
+        self, batch: Batch, encoded_key: bytes, meta: ObjectMeta, seg: int, seg_off: int
+    ) -> None:
+        rec = records_pb2.ObjectRecord(meta=meta_to_proto(meta))
+        if seg != SEG_NONE:
+            rec.ssd.segment = seg
+            rec.ssd.offset = seg_off
+        batch.put("objects", encoded_key, rec.SerializeToString())
+        if meta.session:
+            batch.put("by_session", session_index_key(meta.session, encoded_key), b"")
+        if meta.expires_unix_ms:
+            batch.put("expiry", expiry_index_key(meta.expires_unix_ms, encoded_key), b"")
+
+    def stage_ssd_location(
+        self,
+        batch: Batch,
+        encoded_key: bytes,
+        rec: records_pb2.ObjectRecord,
+        seg: int,
+        seg_off: int,
+    ) -> None:
+        """Rewrite a record with a new SSD location (demotion, compaction)."""
+        rec.ssd.segment = seg
+        rec.ssd.offset = seg_off
+        batch.put("objects", encoded_key, rec.SerializeToString())
+
+    def stage_removal(
+        self, batch: Batch, encoded_key: bytes, session: str, expires_ms: int
+    ) -> None:
+        batch.delete("objects", encoded_key)
+        if session:
+            batch.delete("by_session", session_index_key(session, encoded_key))
+        if expires_ms:
+            batch.delete("expiry", expiry_index_key(expires_ms, encoded_key))
+
+    def expired_keys(self, now_ms: int, limit: int) -> list[tuple[int, bytes]]:
+        """(expiry ms, encoded key) of entries due by ``now_ms``, oldest first."""
+        out: list[tuple[int, bytes]] = []
+        for k, _ in self.rocks.scan("expiry"):
+            expires_ms = _EXPIRY.unpack_from(k)[0]
+            if expires_ms > now_ms or len(out) >= limit:
+                break
+            out.append((expires_ms, k[_EXPIRY.size :]))
+        return out
+
+    def scan_records(
+        self, prefix: bytes, start: bytes | None = None
+    ) -> Iterator[tuple[bytes, records_pb2.ObjectRecord]]:
+        for k, raw in self.rocks.scan("objects", prefix, start):
+            rec = records_pb2.ObjectRecord()
+            rec.ParseFromString(raw)
+            yield k, rec
+
+    def session_keys(self, session: str, start: bytes | None = None) -> Iterator[bytes]:
+        prefix = session.encode() + b"\x00"
+        for k, _ in self.rocks.scan("by_session", prefix, start):
+            yield k[len(prefix) :]
+
+    # -- usage ------------------------------------------------------------------
+    def usage(self) -> npt.NDArray[np.int64]:
+        """Array [tier, kind, (objects, bytes)] counting copies: an object served
+        from DRAM with an SSD copy counts on both tiers. Derived from the index."""
+        out = np.zeros((len(Tier) + 1, len(Kind) + 1, 2), dtype=np.int64)
+        rows = self.index.live_rows()
+        if len(rows) == 0:
+            return out
+        c = self.index.cols
+        tiers = c["tier"][rows].astype(np.int64)
+        kinds = c["kind"][rows].astype(np.int64)
+        sizes = c["size"][rows]
+        np.add.at(out[:, :, 0], (tiers, kinds), 1)
+        np.add.at(out[:, :, 1], (tiers, kinds), sizes)
+        extra = (c["seg"][rows] != SEG_NONE) & (tiers != int(Tier.SSD))
+        if extra.any():
+            np.add.at(out[:, :, 0], (int(Tier.SSD), kinds[extra]), 1)
+            np.add.at(out[:, :, 1], (int(Tier.SSD), kinds[extra]), sizes[extra])
+        return out
+
+
+__all__ = ["SEG_INLINE", "SEG_NONE", "Catalog", "Entry"]

@@ -1,0 +1,1 @@
+"""Transport-free services: all rules live here, servicers only convert."""

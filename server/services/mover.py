@@ -1,0 +1,255 @@
+"""Moving values between tiers: demotion, promotion, eviction and compaction.
+
+Every move is copy, then switch the catalog entry, then free: the object stays
+readable throughout, and a crash mid-move leaves the old copy in charge (the
+catalog record only ever names a copy that was completely written). The switch
+happens only if the entry still describes the copy that was read; otherwise the
+object changed meanwhile and the new copy is thrown away.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+
+from tiermem.placement import lru_victims
+from tiermem.server.catalog.catalog import Entry
+from tiermem.server.catalog.index import FLAG_DURABLE, FLAG_PINNED, SEG_NONE
+from tiermem.server.errors import CapacityExceeded, Corrupted
+from tiermem.server.model import Tier
+from tiermem.server.services.store import Store, ValueRead
+from tiermem.server.tiers.ssd import SsdCopy
+
+log = logging.getLogger(__name__)
+
+#: Demotion order: where a value goes when its tier needs room.
+_BELOW = {Tier.HBM: Tier.DRAM, Tier.DRAM: Tier.SSD}
+
+
+class Mover:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.catalog = store.catalog
+
+    def _tier_below(self, tier: Tier) -> Tier | None:
+        below = _BELOW.get(tier)
+        while below is not None and not self.store.tier_config(below)[0]:
+            below = _BELOW.get(below)
+        return below
+
+    # -- one object ---------------------------------------------------------------------
+    def move(self, encoded: bytes, target: Tier) -> bool:
+        """Move an object's serving copy to ``target``. False if it is gone, pinned,
+        already there, changed during the copy, or the target has no room."""
+        store = self.store
+        with store.lock:
+            entry = self.catalog.find(encoded)
+            if entry is None or entry.tier == target or entry.pinned:
+                return False
+            value = store.lease_memory(entry) if entry.tier in store.memory else None
+        try:
+            return self._copy_and_switch(encoded, entry, value, target)
+        finally:
+            if value is not None:
+                value.release()
+
+    def _copy_and_switch(
+        self, encoded: bytes, entry: Entry, value: ValueRead | None, target: Tier
+    ) -> bool:
+        store = self.store
+        if value is not None:
+            view = value.view
+        else:
+            try:
+                view = store.read_ssd(encoded, entry)
+            except Corrupted as exc:
+                store.report_corruption("ssd", exc.message)
+                return False
+        new_loc = -1
+        ssd_copy: SsdCopy | None = None
+        target_engine = store.memory.get(target)
+        if target_engine is not None:
+            reservation = target_engine.reserve(entry.size)
+            if reservation is None:
+                return False
+            reservation.buffer[:] = view
+            new_loc = target_engine.commit(reservation)
+        elif target == Tier.SSD and not entry.persisted:
+            try:
+                ssd_copy = store.ssd.write(encoded, view, entry.checksum, durable=False)
+            except CapacityExceeded:
+                return False
+        with store.lock:
+            now = self.catalog.find(encoded)
+            if now is None or not now.same_copy(entry):
+                if target_engine is not None:
+                    target_engine.free(new_loc, entry.size)
+                if ssd_copy is not None:
+                    store.ssd.discard(encoded, ssd_copy)
+                return False
+            seg, seg_off = entry.seg, entry.seg_off
+            if ssd_copy is not None:
+                rec = self.catalog.record(encoded)
+                if rec is not None:
+                    batch = self.catalog.rocks.batch()
+                    self.catalog.stage_ssd_location(
+                        batch, encoded, rec, ssd_copy.segment, ssd_copy.offset
+                    )
+                    store.ssd.stage(ssd_copy, encoded, batch)
+                    batch.commit(sync=False)
+                seg, seg_off = ssd_copy.segment, ssd_copy.offset
+            self.catalog.place(
+                entry.row, encoded, tier=target, loc=new_loc, seg=seg, seg_off=seg_off
+            )
+            if entry.tier in store.memory:
+                store.leases.free(entry.tier, entry.loc, entry.size)
+        kind = entry.kind.name
+        store.metrics.migrations.labels(entry.tier.name, target.name, kind).inc()
+        store.metrics.migrated_bytes.labels(entry.tier.name, target.name).inc(entry.size)
+        return True
+
+    def evict(self, encoded: bytes, tier: Tier) -> int:
+        """Drop a CACHE object entirely (nowhere left to put it). Returns bytes freed."""
+        with self.store.lock:
+            entry = self.catalog.find(encoded)
+            if entry is None or entry.durable or entry.pinned:
+                return 0
+            freed = self.store.remove_locked(encoded, entry)
+        self.store.metrics.evictions.labels(tier.name, entry.kind.name).inc()
+        return freed
+
+    # -- making room --------------------------------------------------------------------
+    def make_room(self, tier: Tier, nbytes: int) -> int:
+        """Demote least recently used objects out of a memory tier until ``nbytes``
+        were freed (or nothing movable is left). Returns bytes freed."""
+        store = self.store
+        with store.lock:
+            idx = self.catalog.index
+            n = idx.high_water_row
+            c = idx.cols
+            mask = (c["tier"][:n] == int(tier)) & ((c["flags"][:n] & (FLAG_PINNED | 1)) == 1)
+            candidates = np.flatnonzero(mask)
+            victims = lru_victims(candidates, c["atime"], c["size"], nbytes)
+            chosen = [
+                (self.catalog.resident_keys[int(r)], int(c["flags"][r]))
+                for r in victims
+                if int(r) in self.catalog.resident_keys
+                and not store.leases.is_leased(tier, int(c["loc"][r]))
+            ]
+        below = self._tier_below(tier)
+        freed = 0
+        for encoded, flags in chosen:
+            if freed >= nbytes:
+                break
+            size = self._size_of(encoded)
+            if below is not None and self.move(encoded, below):
+                freed += size
+            elif not flags & FLAG_DURABLE:
+                freed += self.evict(encoded, tier)
+        return freed
+
+    def _size_of(self, encoded: bytes) -> int:
+        with self.store.lock:
+            entry = self.catalog.find(encoded)
+            return entry.size if entry is not None else 0
+
+    def evict_ssd_cache(self, nbytes: int) -> int:
+        """Drop least recently used CACHE objects served from SSD until ``nbytes``
+        were freed. Scans the catalog records (rare: only when SSD is full)."""
+        store = self.store
+        with store.lock:
+            idx = self.catalog.index
+            n = idx.high_water_row
+            c = idx.cols
+            mask = (
+                (c["tier"][:n] == int(Tier.SSD))
+                & ((c["flags"][:n] & (FLAG_PINNED | FLAG_DURABLE | 1)) == 1)
+                & (c["seg"][:n] != SEG_NONE)
+            )
+            victims = lru_victims(np.flatnonzero(mask), c["atime"], c["size"], nbytes)
+            wanted = {int(r) for r in victims}
+        if not wanted:
+            return 0
+        keys: list[bytes] = []
+        for encoded, _rec in self.catalog.scan_records(b""):
+            with store.lock:
+                row = idx.find(encoded)
+            if row is not None and row in wanted:
+                keys.append(encoded)
+                if len(keys) == len(wanted):
+                    break
+        return sum(self.evict(k, Tier.SSD) for k in keys)
+
+    def enforce_watermarks(self) -> int:
+        """Bring every tier above its high watermark down to its low watermark."""
+        freed = 0
+        for tier_value, state in self.store.tier_states().items():
+            tier = Tier(tier_value)
+            if not state.enabled or state.used_bytes <= state.high_bytes:
+                continue
+            excess = state.used_bytes - state.low_bytes
+            if tier == Tier.SSD:
+                freed += self.evict_ssd_cache(excess)
+            else:
+                freed += self.make_room(tier, excess)
+        return freed
+
+    # -- compaction ---------------------------------------------------------------------
+    def compact(self, on_progress: Callable[[int], None] | None = None) -> int:
+        """Compact every segment below the live-ratio threshold; returns how many."""
+        ratio = self.store.config.tiers.ssd.compaction_live_ratio
+        done = 0
+        for seg_id in self.store.ssd.segments.compaction_candidates(ratio):
+            if self.compact_segment(seg_id):
+                done += 1
+                if on_progress is not None:
+                    on_progress(seg_id)
+        return done
+
+    def compact_segment(self, seg_id: int) -> bool:
+        """Copy a segment's live values to the active segment, switch their catalog
+        entries and retire it. False (segment kept) if any live value could not move."""
+        store = self.store
+        segments = store.ssd.segments
+        fsync = store.config.tiers.ssd.fsync
+        failed = False
+        moved_bytes = 0
+        for info in segments.walk(seg_id):
+            with store.lock:
+                entry = self.catalog.find(info.key)
+            if entry is None or entry.seg != seg_id or entry.seg_off != info.data_offset:
+                continue  # dead entry: deleted, overwritten or already moved
+            try:
+                data = store.read_ssd(info.key, entry)
+            except Corrupted as exc:
+                store.report_corruption("ssd", exc.message)
+                failed = True
+                continue
+            new_seg, new_off = segments.append(
+                info.key, data, entry.checksum, sync=entry.durable and fsync
+            )
+            with store.lock:
+                now = self.catalog.find(info.key)
+                rec = self.catalog.record(info.key) if now is not None else None
+                if now is None or rec is None or not now.same_copy(entry):
+                    segments.release(new_seg, len(info.key), entry.size)
+                    continue
+                batch = self.catalog.rocks.batch()
+                self.catalog.stage_ssd_location(batch, info.key, rec, new_seg, new_off)
+                batch.commit(sync=False)
+                self.catalog.place(
+                    entry.row, info.key, tier=now.tier, loc=now.loc, seg=new_seg, seg_off=new_off
+                )
+                segments.release(seg_id, len(info.key), entry.size)
+            moved_bytes += entry.size
+        if failed:
+            log.warning("segment %d kept: some live values could not be moved", seg_id)
+            return False
+        self.catalog.rocks.flush()  # the new locations are durable before the old file goes
+        segments.retire(seg_id)
+        store.metrics.compactions.inc()
+        store.metrics.compacted_bytes.inc(moved_bytes)
+        log.info("compacted segment %d (%d live bytes moved)", seg_id, moved_bytes)
+        return True

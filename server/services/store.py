@@ -1,0 +1,146 @@
+"""Shared state of the storage services: catalog, tier engines, leases and the lock.
+
+Services (objects, mover, reaper, and the per-kind services built on them) take
+a ``Store`` instead of reaching into each other. The lock serialises catalog
+and index mutations; it is never held across network I/O or large copies.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tiermem.placement import TierState
+from tiermem.server.catalog.catalog import Catalog, Entry
+from tiermem.server.catalog.index import SEG_NONE
+from tiermem.server.config import Config
+from tiermem.server.errors import Corrupted, InvariantViolation, NotFound, Unavailable
+from tiermem.server.metrics import Metrics
+from tiermem.server.model import ObjectKey, Tier
+from tiermem.server.services.leases import Leases
+from tiermem.server.tiers.base import MemoryTierEngine, TierEngine
+from tiermem.server.tiers.ssd import SsdEngine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ValueRead:
+    """Bytes of a value being read. Call ``release`` when done with ``view``."""
+
+    view: memoryview
+    release: Callable[[], None] = field(default=lambda: None)
+
+
+class Store:
+    def __init__(
+        self,
+        config: Config,
+        catalog: Catalog,
+        memory: dict[Tier, MemoryTierEngine],
+        ssd: SsdEngine,
+        metrics: Metrics,
+    ) -> None:
+        self.config = config
+        self.catalog = catalog
+        self.memory = memory
+        self.ssd = ssd
+        self.metrics = metrics
+        self.lock = threading.RLock()
+        self.leases = Leases(self._free_memory)
+
+    def report_corruption(self, where: str, message: str) -> None:
+        self.metrics.checksum_failures.labels(where).inc()
+        log.error("data damaged, not served: %s", message)
+
+    def _free_memory(self, tier: Tier, location: int, size: int) -> None:
+        self.memory[tier].free(location, size)
+
+    def tier_config(self, tier: Tier) -> tuple[bool, float, float]:
+        t = self.config.tiers
+        cfg = {Tier.HBM: t.hbm, Tier.DRAM: t.dram, Tier.SSD: t.ssd}[tier]
+        return cfg.enabled, cfg.high_watermark, cfg.low_watermark
+
+    def engines(self) -> list[tuple[Tier, TierEngine]]:
+        """Every enabled engine, fastest tier first."""
+        return [*self.memory.items(), (Tier.SSD, self.ssd)]
+
+    def tier_states(self) -> dict[int, TierState]:
+        out: dict[int, TierState] = {}
+        for tier, engine in self.engines():
+            enabled, high, low = self.tier_config(tier)
+            out[int(tier)] = TierState(
+                int(tier), enabled, engine.capacity_bytes, engine.used_bytes, high, low
+            )
+        return out
+
+    def remove_locked(self, encoded_key: bytes, entry: Entry) -> int:
+        """Delete an object everywhere (call with the lock held); returns its size.
+        The record deletion is written without sync: callers that promised
+        durability flush the WAL after releasing the lock."""
+        rec = self.catalog.record(encoded_key)
+        batch = self.catalog.rocks.batch()
+        self.catalog.stage_removal(
+            batch, encoded_key, rec.meta.session if rec is not None else "", entry.expires_ms
+        )
+        if entry.persisted:
+            self.ssd.release(encoded_key, entry.seg, entry.size, batch)
+        batch.commit(sync=False)
+        self.catalog.remove_row(encoded_key)
+        if entry.tier in self.memory:
+            self.leases.free(entry.tier, entry.loc, entry.size)
+        return entry.size
+
+    def lease_memory(self, entry: Entry) -> ValueRead:
+        """View of an in-memory copy under a read lease. Call with the lock held
+        (so the copy cannot be freed between lookup and lease); use the view after."""
+        engine = self.memory.get(entry.tier)
+        if engine is None:
+            raise InvariantViolation(f"no memory engine for tier {entry.tier!r}")
+        self.leases.acquire(entry.tier, entry.loc)
+        view = engine.read(entry.loc, entry.size)
+        return ValueRead(view, lambda: self.leases.release(entry.tier, entry.loc))
+
+    def read_ssd(self, encoded_key: bytes, entry: Entry) -> memoryview:
+        """The SSD copy's bytes, verified. Call without the lock (it does I/O)."""
+        if entry.seg == SEG_NONE:
+            raise InvariantViolation(f"SSD read of an object without an SSD copy: row {entry.row}")
+        return self.ssd.read(
+            encoded_key,
+            entry.seg,
+            entry.seg_off,
+            entry.size,
+            entry.checksum,
+            str(ObjectKey.decode(encoded_key)),
+        )
+
+    def read(
+        self, encoded_key: bytes, on_found: Callable[[Entry], None] | None = None
+    ) -> tuple[Entry, ValueRead]:
+        """Find and read an object's value from its serving tier.
+
+        ``on_found`` runs under the lock with the entry that is read (e.g. to take
+        metadata or count the access). An SSD read that fails verification is
+        retried if the object moved or changed meanwhile (compaction, overwrite);
+        if it is still the same copy the error stands. Raises NotFound.
+        """
+        for _ in range(4):
+            with self.lock:
+                entry = self.catalog.find(encoded_key)
+                if entry is None:
+                    raise NotFound(f"object {ObjectKey.decode(encoded_key)} not found")
+                if on_found is not None:
+                    on_found(entry)
+                if entry.tier in self.memory:
+                    return entry, self.lease_memory(entry)
+            try:
+                return entry, ValueRead(self.read_ssd(encoded_key, entry))
+            except Corrupted as exc:
+                with self.lock:
+                    now = self.catalog.find(encoded_key)
+                    if now is not None and now.same_copy(entry):
+                        self.report_corruption("ssd", exc.message)
+                        raise
+        raise Unavailable(f"object {ObjectKey.decode(encoded_key)} kept moving during the read")

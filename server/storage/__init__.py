@@ -1,0 +1,1 @@
+"""Durable key-value storage shared by the daemon's components (RocksDB)."""

@@ -1,0 +1,1 @@
+"""Storage engines, one per tier (DESIGN.md §4)."""

@@ -1,0 +1,270 @@
+"""Append-only, self-describing segment files for large SSD-resident values.
+
+Layout: ``<data_dir>/segments/seg-<id>.dat``, a sequence of entries each starting
+on a 4 KiB boundary::
+
+    +--------+---------+----------+----------+-----------+-----------------+
+    | "TMS1" | key_len | data_len | checksum | key bytes | data bytes ...  |
+    | 4 B    | u32     | u64      | u64 xxh3 | key_len   | data_len        |
+    +--------+---------+----------+----------+-----------+-----------------+
+
+The catalog holds (segment, data offset, size, checksum) for each value; the
+entry header repeats key and checksum so compaction and ``fsck`` can walk a
+segment without the catalog. A segment is *active* while appended to and
+*sealed* once it reaches the target size; a value larger than the target gets a
+segment of its own.
+
+Space is reclaimed by compaction: when a sealed segment's live bytes drop below
+a fraction of its size, the caller copies its live values elsewhere, switches
+their catalog entries and retires the segment. Readers hold a reference on a
+segment for the duration of a read; a retired segment's file is unlinked at once
+(open descriptors keep reading) and its descriptor closed when the last reader
+leaves, so a read never races a compaction.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tiermem.server.errors import CapacityExceeded, InvariantViolation
+
+ALIGN = 4096
+MAGIC = b"TMS1"
+HEADER = struct.Struct("<4sIQQ")
+_NAME = re.compile(r"^seg-(\d{10})\.dat$")
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def entry_bytes(key_len: int, size: int) -> int:
+    """Aligned bytes one entry occupies."""
+    return _align(HEADER.size + key_len + size)
+
+
+@dataclass(slots=True)
+class Segment:
+    id: int
+    path: Path
+    fd: int
+    size: int = 0  # aligned end of the last entry
+    live: int = 0  # aligned bytes of entries the catalog still references
+    refs: int = 0
+    retired: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class EntryInfo:
+    """One entry found by walking a segment."""
+
+    data_offset: int
+    size: int
+    checksum: int
+    key: bytes
+
+
+class SegmentStore:
+    def __init__(self, directory: Path, segment_bytes: int) -> None:
+        self.directory = directory
+        self.segment_bytes = segment_bytes
+        directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._segments: dict[int, Segment] = {}
+        self._active: Segment | None = None
+        for path in sorted(directory.iterdir()):
+            m = _NAME.match(path.name)
+            if m:
+                fd = os.open(path, os.O_RDWR)
+                seg_id = int(m.group(1))
+                self._segments[seg_id] = Segment(
+                    seg_id, path, fd, size=_align(os.fstat(fd).st_size)
+                )
+        self._next_id = max(self._segments, default=0) + 1
+
+    # -- accounting -----------------------------------------------------------
+    @property
+    def used_bytes(self) -> int:
+        return sum(s.size for s in self._segments.values())
+
+    def add_live(self, seg_id: int, key_len: int, size: int) -> bool:
+        """Count an entry as referenced (start-up recovery). False if the segment is gone."""
+        seg = self._segments.get(seg_id)
+        if seg is None:
+            return False
+        seg.live += entry_bytes(key_len, size)
+        return True
+
+    def release(self, seg_id: int, key_len: int, size: int) -> None:
+        """An entry is no longer referenced (deleted, moved or overwritten)."""
+        with self._lock:
+            seg = self._segments.get(seg_id)
+            if seg is not None:
+                seg.live -= entry_bytes(key_len, size)
+
+    def drop_unreferenced(self) -> list[int]:
+        """After recovery: delete segments nothing references. Returns their ids."""
+        with self._lock:
+            dropped = [s.id for s in self._segments.values() if s.live <= 0]
+            for seg_id in dropped:
+                self._retire_now(self._segments.pop(seg_id))
+        return dropped
+
+    def compaction_candidates(self, live_ratio: float) -> list[int]:
+        with self._lock:
+            return [
+                s.id
+                for s in self._segments.values()
+                if s is not self._active
+                and not s.retired
+                and s.size
+                and s.live < s.size * live_ratio
+            ]
+
+    def stats(self) -> dict[int, tuple[int, int]]:
+        """segment id -> (size, live bytes)."""
+        with self._lock:
+            return {s.id: (s.size, s.live) for s in self._segments.values()}
+
+    # -- writing --------------------------------------------------------------
+    def _new_segment(self) -> Segment:
+        seg_id = self._next_id
+        self._next_id += 1
+        path = self.directory / f"seg-{seg_id:010d}.dat"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        seg = Segment(seg_id, path, fd)
+        self._segments[seg_id] = seg
+        return seg
+
+    def _reserve(self, nbytes: int) -> tuple[Segment, int]:
+        with self._lock:
+            active = self._active
+            if nbytes >= self.segment_bytes:
+                seg = self._new_segment()  # a large value gets its own segment
+            elif active is None or active.size + nbytes > self.segment_bytes:
+                seg = self._active = self._new_segment()
+            else:
+                seg = active
+            offset = seg.size
+            seg.size = offset + _align(nbytes)
+            seg.live += _align(nbytes)
+            seg.refs += 1
+            return seg, offset
+
+    def append(self, key: bytes, data: memoryview, checksum: int, *, sync: bool) -> tuple[int, int]:
+        """Write an entry for ``key``; returns (segment id, offset of the data).
+
+        With ``sync`` the bytes are on stable storage when this returns.
+        """
+        size = len(data)
+        header = HEADER.pack(MAGIC, len(key), size, checksum) + key
+        seg, offset = self._reserve(len(header) + size)
+        try:
+            _pwrite_all(seg.fd, memoryview(header), offset)
+            _pwrite_all(seg.fd, data, offset + len(header))
+            if sync:
+                os.fdatasync(seg.fd)
+        except OSError as exc:
+            self.release(seg.id, len(key), size)
+            self._unref(seg)
+            raise CapacityExceeded(f"SSD write failed: {exc}") from exc
+        self._unref(seg)
+        return seg.id, offset + len(header)
+
+    def sync_all(self) -> None:
+        with self._lock:
+            fds = [s.fd for s in self._segments.values() if not s.retired]
+        for fd in fds:
+            os.fdatasync(fd)
+
+    # -- reading --------------------------------------------------------------
+    def _ref(self, seg_id: int) -> Segment:
+        with self._lock:
+            seg = self._segments.get(seg_id)
+            if seg is None:
+                raise FileNotFoundError(f"segment {seg_id} does not exist")
+            seg.refs += 1
+            return seg
+
+    def read_into(self, seg_id: int, offset: int, buffer: memoryview) -> None:
+        """Fill ``buffer`` from the segment at ``offset``. Raises FileNotFoundError
+        if the segment is gone, EOFError if it is shorter than the read."""
+        seg = self._ref(seg_id)
+        try:
+            _pread_all(seg.fd, buffer, offset, seg_id)
+        finally:
+            self._unref(seg)
+
+    def walk(self, seg_id: int) -> Iterator[EntryInfo]:
+        """Entries of a segment in order (stops at the first unreadable header)."""
+        seg = self._ref(seg_id)
+        try:
+            offset, end = 0, os.fstat(seg.fd).st_size
+            while offset + HEADER.size <= end:
+                raw = os.pread(seg.fd, HEADER.size, offset)
+                magic, key_len, size, checksum = HEADER.unpack(raw)
+                if magic != MAGIC:
+                    return
+                key = os.pread(seg.fd, key_len, offset + HEADER.size)
+                data_offset = offset + HEADER.size + key_len
+                yield EntryInfo(data_offset, size, checksum, key)
+                offset = _align(data_offset + size)
+        finally:
+            self._unref(seg)
+
+    def _unref(self, seg: Segment) -> None:
+        with self._lock:
+            seg.refs -= 1
+            close = seg.retired and seg.refs == 0
+        if close:
+            os.close(seg.fd)
+
+    # -- compaction -----------------------------------------------------------
+    def retire(self, seg_id: int) -> None:
+        """Forget a segment whose live entries were all moved away."""
+        with self._lock:
+            seg = self._segments.get(seg_id)
+            if seg is None:
+                return
+            if seg is self._active:
+                raise InvariantViolation("cannot retire the active segment")
+            del self._segments[seg_id]
+            self._retire_now(seg)
+
+    def _retire_now(self, seg: Segment) -> None:
+        seg.retired = True
+        seg.path.unlink(missing_ok=True)
+        if seg.refs == 0:
+            os.close(seg.fd)
+
+    def close(self) -> None:
+        with self._lock:
+            for seg in self._segments.values():
+                if not seg.retired:
+                    os.close(seg.fd)
+            self._segments.clear()
+            self._active = None
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    written, size = 0, len(data)
+    while written < size:
+        n = os.pwrite(fd, data[written:], offset + written)
+        if n <= 0:
+            raise OSError("short write to segment")
+        written += n
+
+
+def _pread_all(fd: int, buffer: memoryview, offset: int, seg_id: int) -> None:
+    done, size = 0, len(buffer)
+    while done < size:
+        n = os.preadv(fd, [buffer[done:]], offset + done)
+        if n <= 0:
+            raise EOFError(f"segment {seg_id} ends before offset {offset + size}")
+        done += n

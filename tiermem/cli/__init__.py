@@ -1,0 +1,1 @@
+"""The ``tiermem`` command line."""

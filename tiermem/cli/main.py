@@ -1,0 +1,113 @@
+"""``tiermem``: run the daemon and talk to it.
+
+Only ``serve`` needs the server extra; every other command uses the light
+client, so ``pip install tiermem`` gives a working CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from tiermem import __version__
+
+DEFAULT_ADDR = "127.0.0.1:50051"
+KINDS = {"kv": 1, "kv_block": 1, "vector": 2, "blob": 3, "scratch": 4}
+
+
+def _kind(value: str) -> int:
+    try:
+        return KINDS[value.lower()]
+    except KeyError:
+        raise argparse.ArgumentTypeError(
+            f"unknown kind {value!r}: use kv, vector, blob or scratch"
+        ) from None
+
+
+def _client_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--addr", default=DEFAULT_ADDR, help="daemon address HOST:PORT")
+    p.add_argument("--namespace", "-n", default="default")
+    p.add_argument("--timeout", type=float, default=30.0, help="per-call deadline in seconds")
+    p.add_argument("--token", default=None, help="bearer token (if the daemon requires one)")
+
+
+def _object_args(p: argparse.ArgumentParser) -> None:
+    _client_args(p)
+    p.add_argument(
+        "--kind", "-k", type=_kind, default=3, help="kv, vector, blob (default), scratch"
+    )
+    p.add_argument("key")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tiermem", description="Tiered memory daemon for LLM long-memory data."
+    )
+    parser.add_argument("--version", action="version", version=f"tiermem {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("serve", help="run the daemon in the foreground")
+    p.add_argument("--config", "-c", default=None, help="TOML config file")
+    p.add_argument("--data-dir", default=None, help="directory for durable state")
+    p.add_argument("--listen", default=None, help="gRPC address HOST:PORT (port 0: pick one)")
+    p.add_argument("--metrics-listen", default=None, help="Prometheus address HOST:PORT ('' = off)")
+
+    p = sub.add_parser("put", help="store a file (or stdin with '-') as an object")
+    _object_args(p)
+    p.add_argument("file", help="path, or - for stdin")
+    p.add_argument("--hint", choices=["hot", "warm", "cold"], default=None)
+    p.add_argument("--durability", choices=["cache", "durable"], default=None)
+    p.add_argument("--ttl", type=int, default=0, help="seconds until the object is deleted")
+    p.add_argument("--session", default="")
+
+    p = sub.add_parser("get", help="write an object's bytes to a file (or stdout)")
+    _object_args(p)
+    p.add_argument("--output", "-o", default="-", help="path, or - for stdout")
+
+    p = sub.add_parser("stat", help="show an object's metadata")
+    _object_args(p)
+
+    p = sub.add_parser("rm", help="delete an object")
+    _object_args(p)
+
+    p = sub.add_parser("ls", help="list objects")
+    _client_args(p)
+    p.add_argument("--kind", "-k", type=_kind, default=None)
+    p.add_argument("--prefix", default="")
+    p.add_argument("--session", default="")
+    p.add_argument("--limit", type=int, default=1000, help="stop after this many objects")
+
+    p = sub.add_parser("stats", help="tier capacity and usage by kind")
+    _client_args(p)
+
+    p = sub.add_parser("ns", help="namespaces")
+    ns_sub = p.add_subparsers(dest="ns_command", required=True)
+    q = ns_sub.add_parser("create")
+    _client_args(q)
+    q.add_argument("name")
+    q = ns_sub.add_parser("ls")
+    _client_args(q)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        from tiermem.cli.serve import serve
+
+        return serve(args)
+    from tiermem.cli.commands import run
+    from tiermem.client.errors import TiermemClientError
+
+    try:
+        return run(args)
+    except TiermemClientError as exc:
+        print(f"tiermem: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
