@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-import grpc
-import grpc.aio
 import numpy as np
 
 from tiermem.client import _wire
-from tiermem.client.errors import from_rpc_error
-from tiermem.client.sync import channel_options
+from tiermem.client._transport import AsyncTransport
 from tiermem.client.types import Kind, ObjectInfo, Profile, Stats
 from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
 
@@ -35,17 +31,15 @@ class AsyncClient:
     ) -> None:
         self.address = address
         self.namespace = namespace
-        self.timeout_s = timeout_s
-        self.retries = retries
         self.chunk_bytes = chunk_bytes
         self.verify = verify
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = grpc.aio.insecure_channel(address, options=channel_options())
-        self._objects = object_pb2_grpc.ObjectServiceStub(self._channel)
-        self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self.transport = AsyncTransport(address, token=token, timeout_s=timeout_s, retries=retries)
+        self._metadata = self.transport.metadata
+        self._objects = object_pb2_grpc.ObjectServiceStub(self.transport.channel)
+        self._admin = admin_pb2_grpc.AdminServiceStub(self.transport.channel)
 
     async def close(self) -> None:
-        await self._channel.close()
+        await self.transport.close()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -54,18 +48,7 @@ class AsyncClient:
         await self.close()
 
     async def _call(self, fn: Callable[[float], Awaitable[T]], timeout_s: float | None) -> T:
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        delay = 0.05
-        for attempt in range(self.retries + 1):
-            try:
-                return await fn(timeout)
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
-                    continue
-                raise from_rpc_error(exc) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self.transport.call(fn, timeout_s)
 
     async def put(
         self,

@@ -12,25 +12,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-import grpc
 import numpy as np
 
 from tiermem.client import _wire
-from tiermem.client.errors import from_rpc_error
+from tiermem.client._transport import Transport
 from tiermem.client.types import Kind, ObjectInfo, Profile, Stats
 from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
 
 T = TypeVar("T")
-
-MAX_MESSAGE_BYTES = 64 << 20
-
-
-def channel_options() -> list[tuple[str, Any]]:
-    return [
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.enable_retries", 0),  # retries are ours: UNAVAILABLE only, with backoff
-    ]
 
 
 class Client:
@@ -51,17 +40,15 @@ class Client:
         uploads) and check whole-object gets against the daemon's checksum."""
         self.address = address
         self.namespace = namespace
-        self.timeout_s = timeout_s
-        self.retries = retries
         self.chunk_bytes = chunk_bytes
         self.verify = verify
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
-        self._channel = grpc.insecure_channel(address, options=channel_options())
-        self._objects = object_pb2_grpc.ObjectServiceStub(self._channel)
-        self._admin = admin_pb2_grpc.AdminServiceStub(self._channel)
+        self.transport = Transport(address, token=token, timeout_s=timeout_s, retries=retries)
+        self._metadata = self.transport.metadata
+        self._objects = object_pb2_grpc.ObjectServiceStub(self.transport.channel)
+        self._admin = admin_pb2_grpc.AdminServiceStub(self.transport.channel)
 
     def close(self) -> None:
-        self._channel.close()
+        self.transport.close()
 
     def __enter__(self) -> Client:
         return self
@@ -70,18 +57,7 @@ class Client:
         self.close()
 
     def _call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
-        timeout = self.timeout_s if timeout_s is None else timeout_s
-        delay = 0.05
-        for attempt in range(self.retries + 1):
-            try:
-                return fn(timeout)
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 2.0)
-                    continue
-                raise from_rpc_error(exc) from None
-        raise AssertionError("unreachable")  # pragma: no cover
+        return self.transport.call(fn, timeout_s)
 
     # -- objects -----------------------------------------------------------------
     def put(

@@ -16,7 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 class DaemonProcess:
     """`tiermem serve` in a child process, as an operator would run it."""
 
-    def __init__(self, data_dir: Path, config: Path | None = None, env: dict[str, str] | None = None):
+    def __init__(
+        self, data_dir: Path, config: Path | None = None, env: dict[str, str] | None = None
+    ):
         self.data_dir = data_dir
         self.config = config
         self.env = {**os.environ, **(env or {})}

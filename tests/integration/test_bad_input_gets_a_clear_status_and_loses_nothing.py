@@ -43,7 +43,9 @@ def check(err: grpc.RpcError, code: grpc.StatusCode, words: str) -> None:
 
 def test_missing_or_empty_key(stub: object_pb2_grpc.ObjectServiceStub) -> None:
     empty = common_pb2.ObjectKey(namespace="default", kind=common_pb2.BLOB, key="")
-    check(put(stub, header(empty), chunk(b"abcd")), grpc.StatusCode.INVALID_ARGUMENT, "key is missing")
+    check(
+        put(stub, header(empty), chunk(b"abcd")), grpc.StatusCode.INVALID_ARGUMENT, "key is missing"
+    )
 
 
 def test_unknown_kind(stub: object_pb2_grpc.ObjectServiceStub) -> None:
@@ -85,16 +87,22 @@ def test_namespace_not_found_and_invalid(stub: object_pb2_grpc.ObjectServiceStub
     check(put(stub, header(invalid), chunk(b"abcd")), grpc.StatusCode.INVALID_ARGUMENT, "namespace")
 
 
-def test_tensor_shape_that_does_not_match_the_bytes(stub: object_pb2_grpc.ObjectServiceStub) -> None:
+def test_tensor_shape_that_does_not_match_the_bytes(
+    stub: object_pb2_grpc.ObjectServiceStub,
+) -> None:
     tensor = common_pb2.TensorInfo(dtype="float32", shape=[3])
     err = put(stub, header(tensor=tensor), chunk(b"abcd"))
     check(err, grpc.StatusCode.INVALID_ARGUMENT, "is 12 bytes but size_bytes is 4")
-    err = put(stub, header(tensor=common_pb2.TensorInfo(dtype="complex7", shape=[1])), chunk(b"abcd"))
+    err = put(
+        stub, header(tensor=common_pb2.TensorInfo(dtype="complex7", shape=[1])), chunk(b"abcd")
+    )
     check(err, grpc.StatusCode.INVALID_ARGUMENT, "unknown dtype")
 
 
 def test_if_absent_refuses_to_overwrite(stub: object_pb2_grpc.ObjectServiceStub) -> None:
-    check(put(stub, header(if_absent=True), chunk(b"abcd")), grpc.StatusCode.ALREADY_EXISTS, "exists")
+    check(
+        put(stub, header(if_absent=True), chunk(b"abcd")), grpc.StatusCode.ALREADY_EXISTS, "exists"
+    )
 
 
 def test_range_outside_the_object(stub: object_pb2_grpc.ObjectServiceStub) -> None:

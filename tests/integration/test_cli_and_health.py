@@ -24,7 +24,9 @@ def test_cli_put_get_stat_ls_rm_stats(tmp_path: Path) -> None:
         src = tmp_path / "in.bin"
         src.write_bytes(b"hello from a file")
         assert cli(address, "put", "greeting", str(src)).returncode == 0
-        assert cli(address, "put", "-k", "scratch", "note", "-", stdin=b"stdin bytes").returncode == 0
+        assert (
+            cli(address, "put", "-k", "scratch", "note", "-", stdin=b"stdin bytes").returncode == 0
+        )
         assert cli(address, "get", "greeting").stdout == b"hello from a file"
         out = tmp_path / "out.bin"
         assert cli(address, "get", "-k", "scratch", "note", "-o", str(out)).returncode == 0

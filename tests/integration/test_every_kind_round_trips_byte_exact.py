@@ -33,7 +33,11 @@ def test_numpy_arrays_keep_dtype_and_shape(client: Client) -> None:
     a = np.random.default_rng(0).standard_normal((17, 33)).astype(np.float16)
     client.put_array(Kind.VECTOR, "arr", a)
     b = client.get_array(Kind.VECTOR, "arr")
-    assert b.dtype == a.dtype and b.shape == a.shape and np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    assert (
+        b.dtype == a.dtype
+        and b.shape == a.shape
+        and np.array_equal(a.view(np.uint16), b.view(np.uint16))
+    )
 
 
 def test_kinds_and_namespaces_are_separate_keyspaces(client: Client) -> None:

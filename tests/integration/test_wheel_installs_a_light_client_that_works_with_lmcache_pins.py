@@ -21,7 +21,18 @@ def run(*cmd: str, cwd: Path) -> str:
 
 def test_wheel_in_a_fresh_venv_with_lmcache_pins(tmp_path: Path, daemon: Daemon) -> None:
     dist = tmp_path / "dist"
-    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(REPO), cwd=tmp_path)
+    run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--no-deps",
+        "-q",
+        "-w",
+        str(dist),
+        str(REPO),
+        cwd=tmp_path,
+    )
     wheel = next(dist.glob("tiermem-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.startswith("tiermem-")}

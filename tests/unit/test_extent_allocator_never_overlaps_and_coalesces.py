@@ -54,7 +54,7 @@ def test_random_alloc_free_sequences_never_overlap(ops: list[tuple[bool, int]]) 
             size = a.rounded(n)
             for o, s in live.items():
                 assert off + size <= o or o + s <= off
-            assert 0 <= off and off + size <= a.capacity_bytes
+            assert off >= 0 and off + size <= a.capacity_bytes
             live[off] = size
         else:
             off = next(iter(live))

@@ -1,0 +1,92 @@
+"""Channel, credentials, deadlines and retries shared by a client's sub-clients.
+
+One ``Transport`` (sync) or ``AsyncTransport`` per client; service-specific
+clients (objects, KV, vectors, ...) take it instead of opening channels of
+their own. Retries: UNAVAILABLE only (daemon starting or unreachable), with
+exponential backoff; every other status raises a typed error at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from tiermem.client.errors import from_rpc_error
+
+T = TypeVar("T")
+
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+def channel_options() -> list[tuple[str, Any]]:
+    return [
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.enable_retries", 0),  # retries are ours: UNAVAILABLE only, with backoff
+    ]
+
+
+class _Settings:
+    def __init__(self, address: str, token: str | None, timeout_s: float, retries: int) -> None:
+        self.address = address
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+
+
+class Transport(_Settings):
+    def __init__(
+        self, address: str, *, token: str | None = None, timeout_s: float = 30.0, retries: int = 3
+    ) -> None:
+        super().__init__(address, token, timeout_s, retries)
+        self.channel = grpc.insecure_channel(address, options=channel_options())
+
+    def call(self, fn: Callable[[float], T], timeout_s: float | None = None) -> T:
+        """Run ``fn(deadline_s)``, retrying UNAVAILABLE; map failures to typed errors."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        delay = 0.05
+        for attempt in range(self.retries + 1):
+            try:
+                return fn(timeout)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
+                    time.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                raise from_rpc_error(exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class AsyncTransport(_Settings):
+    def __init__(
+        self, address: str, *, token: str | None = None, timeout_s: float = 30.0, retries: int = 3
+    ) -> None:
+        super().__init__(address, token, timeout_s, retries)
+        self.channel = grpc.aio.insecure_channel(address, options=channel_options())
+
+    async def call(self, fn: Callable[[float], Awaitable[T]], timeout_s: float | None = None) -> T:
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        delay = 0.05
+        for attempt in range(self.retries + 1):
+            try:
+                return await fn(timeout)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+                    continue
+                raise from_rpc_error(exc) from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def close(self) -> None:
+        await self.channel.close()
