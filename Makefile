@@ -13,7 +13,6 @@ PROTO_STAMP := $(PROTO_VENV)/.installed
 # installs protobuf 6.x and grpcio 1.78): code from newer grpcio-tools fails there.
 GRPC_TOOLS := grpcio-tools==1.78.0 mypy-protobuf==5.1.0
 TORCH  := torch==2.13.0
-PROTOS := $(wildcard proto/tiermem/v1/*.proto proto/tiermem/storage/v1/*.proto)
 PYTEST_ARGS ?=
 
 .PHONY: venv serve test lint typecheck proto proto-check unit bench clean
@@ -33,7 +32,7 @@ $(PROTO_STAMP):
 	$(PROTO_VENV)/bin/pip install -q $(GRPC_TOOLS)
 	touch $@
 
-# Regenerate tiermem/v1 and tiermem/storage/v1 from proto/.
+# Regenerate tiermem/v1 from proto/.
 proto: $(PROTO_STAMP)
 	PATH=$(abspath $(PROTO_VENV))/bin:$$PATH .ci/gen-proto $(PROTO_VENV)/bin/python .
 
@@ -42,7 +41,6 @@ proto-check: $(PROTO_STAMP)
 	rm -rf .proto-check && mkdir -p .proto-check
 	PATH=$(abspath $(PROTO_VENV))/bin:$$PATH .ci/gen-proto $(PROTO_VENV)/bin/python .proto-check
 	diff -r -x __pycache__ .proto-check/tiermem/v1 tiermem/v1
-	diff -r -x __pycache__ .proto-check/tiermem/storage tiermem/storage
 	rm -rf .proto-check
 	@echo "generated protobuf code is up to date"
 

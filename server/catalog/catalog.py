@@ -1,6 +1,7 @@
 """The catalog: durable object records plus the compact in-memory index.
 
-Records (``storage.v1.ObjectRecord``) live in RocksDB column family "objects"
+Records (``catalog.records``: a fixed header plus the wire ``ObjectMeta``) live
+in RocksDB column family "objects"
 keyed by the encoded object key; the index (``catalog.index``) mirrors what the
 hot path and the planner need. The record is the truth for metadata that rarely
 changes (profile, tensor info, session, version); the index is the truth for
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from tiermem.server.catalog import records
 from tiermem.server.catalog.index import (
     FLAG_DURABLE,
     FLAG_PINNED,
@@ -26,11 +28,11 @@ from tiermem.server.catalog.index import (
     SEG_NONE,
     ObjectIndex,
 )
+from tiermem.server.catalog.records import StoredRecord
 from tiermem.server.errors import NotFound
 from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Tier, validate_namespace
-from tiermem.server.protoconv import meta_from_proto, meta_to_proto
+from tiermem.server.protoconv import meta_from_proto
 from tiermem.server.storage.rocks import Batch, RocksStore
-from tiermem.storage.v1 import records_pb2
 
 _EXPIRY = struct.Struct(">Q")
 
@@ -196,13 +198,9 @@ class Catalog:
         self.resident_keys.pop(row, None)
 
     # -- records ----------------------------------------------------------------
-    def record(self, encoded_key: bytes) -> records_pb2.ObjectRecord | None:
+    def record(self, encoded_key: bytes) -> StoredRecord | None:
         raw = self.rocks.get("objects", encoded_key)
-        if raw is None:
-            return None
-        rec = records_pb2.ObjectRecord()
-        rec.ParseFromString(raw)
-        return rec
+        return None if raw is None else records.decode(raw)
 
     def meta(self, encoded_key: bytes, entry: Entry) -> ObjectMeta:
         """Full metadata: the record plus live placement from the index."""
@@ -211,7 +209,7 @@ class Catalog:
             raise NotFound(f"object {ObjectKey.decode(encoded_key)} not found")
         return self.meta_from_record(rec, entry)
 
-    def meta_from_record(self, rec: records_pb2.ObjectRecord, entry: Entry) -> ObjectMeta:
+    def meta_from_record(self, rec: StoredRecord, entry: Entry) -> ObjectMeta:
         meta = meta_from_proto(rec.meta)
         meta.tier = entry.tier
         meta.persisted = entry.persisted
@@ -222,28 +220,20 @@ class Catalog:
     def stage_record(
         self, batch: Batch, encoded_key: bytes, meta: ObjectMeta, seg: int, seg_off: int
     ) -> None:
-        rec = records_pb2.ObjectRecord(meta=meta_to_proto(meta))
-        if seg != SEG_NONE:
-            rec.ssd.segment = seg
-            rec.ssd.offset = seg_off
-        batch.put("objects", encoded_key, rec.SerializeToString())
+        ns_id = self.namespaces.get(meta.key.namespace, 0)
+        batch.put("objects", encoded_key, records.encode(meta, ns_id, seg, seg_off))
         if meta.session:
             batch.put("by_session", session_index_key(meta.session, encoded_key), b"")
         if meta.expires_unix_ms:
             batch.put("expiry", expiry_index_key(meta.expires_unix_ms, encoded_key), b"")
 
-    def stage_ssd_location(
-        self,
-        batch: Batch,
-        encoded_key: bytes,
-        rec: records_pb2.ObjectRecord,
-        seg: int,
-        seg_off: int,
-    ) -> None:
-        """Rewrite a record with a new SSD location (demotion, compaction)."""
-        rec.ssd.segment = seg
-        rec.ssd.offset = seg_off
-        batch.put("objects", encoded_key, rec.SerializeToString())
+    def stage_ssd_location(self, batch: Batch, encoded_key: bytes, seg: int, seg_off: int) -> bool:
+        """Point a record at a new SSD copy (demotion, compaction). False if it is gone."""
+        raw = self.rocks.get("objects", encoded_key)
+        if raw is None:
+            return False
+        batch.put("objects", encoded_key, records.with_ssd_location(raw, seg, seg_off))
+        return True
 
     def stage_removal(
         self, batch: Batch, encoded_key: bytes, session: str, expires_ms: int
@@ -266,11 +256,9 @@ class Catalog:
 
     def scan_records(
         self, prefix: bytes, start: bytes | None = None
-    ) -> Iterator[tuple[bytes, records_pb2.ObjectRecord]]:
+    ) -> Iterator[tuple[bytes, StoredRecord]]:
         for k, raw in self.rocks.scan("objects", prefix, start):
-            rec = records_pb2.ObjectRecord()
-            rec.ParseFromString(raw)
-            yield k, rec
+            yield k, records.decode(raw)
 
     def session_keys(self, session: str, start: bytes | None = None) -> Iterator[bytes]:
         prefix = session.encode() + b"\x00"

@@ -91,12 +91,10 @@ class Mover:
                 return False
             seg, seg_off = entry.seg, entry.seg_off
             if ssd_copy is not None:
-                rec = self.catalog.record(encoded)
-                if rec is not None:
-                    batch = self.catalog.rocks.batch()
-                    self.catalog.stage_ssd_location(
-                        batch, encoded, rec, ssd_copy.segment, ssd_copy.offset
-                    )
+                batch = self.catalog.rocks.batch()
+                if self.catalog.stage_ssd_location(
+                    batch, encoded, ssd_copy.segment, ssd_copy.offset
+                ):
                     store.ssd.stage(ssd_copy, encoded, batch)
                     batch.commit(sync=False)
                 seg, seg_off = ssd_copy.segment, ssd_copy.offset
@@ -173,7 +171,7 @@ class Mover:
         if not wanted:
             return 0
         keys: list[bytes] = []
-        for encoded, _rec in self.catalog.scan_records(b""):
+        for encoded, _raw in self.catalog.rocks.scan("objects"):
             with store.lock:
                 row = idx.find(encoded)
             if row is not None and row in wanted:
@@ -232,12 +230,14 @@ class Mover:
             )
             with store.lock:
                 now = self.catalog.find(info.key)
-                rec = self.catalog.record(info.key) if now is not None else None
-                if now is None or rec is None or not now.same_copy(entry):
+                batch = self.catalog.rocks.batch()
+                if (
+                    now is None
+                    or not now.same_copy(entry)
+                    or not self.catalog.stage_ssd_location(batch, info.key, new_seg, new_off)
+                ):
                     segments.release(new_seg, len(info.key), entry.size)
                     continue
-                batch = self.catalog.rocks.batch()
-                self.catalog.stage_ssd_location(batch, info.key, rec, new_seg, new_off)
                 batch.commit(sync=False)
                 self.catalog.place(
                     entry.row, info.key, tier=now.tier, loc=now.loc, seg=new_seg, seg_off=new_off

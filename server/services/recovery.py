@@ -6,6 +6,10 @@ may be lost on restart; DURABLE objects always have an SSD copy). Segment live
 counts and inline byte totals are rebuilt from the surviving records, and
 segments nothing references any more (left by a crash mid-write or mid-
 compaction) are deleted.
+
+Only the fixed-width record headers are decoded, in batches, as numpy arrays
+(``catalog.records``): the per-record Python work is one iteration step and one
+dict insert, so a million objects load in seconds.
 """
 
 from __future__ import annotations
@@ -15,16 +19,21 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
+from tiermem.server.catalog import records
 from tiermem.server.catalog.catalog import Catalog
 from tiermem.server.catalog.index import FLAG_DURABLE, FLAG_LIVE, FLAG_PINNED, SEG_INLINE
-from tiermem.server.model import Durability, Tier
+from tiermem.server.model import Tier
+from tiermem.server.tiers.segments import ALIGN
+from tiermem.server.tiers.segments import HEADER as SEGMENT_HEADER
 from tiermem.server.tiers.ssd import SsdEngine
-from tiermem.storage.v1 import records_pb2
 
 log = logging.getLogger(__name__)
 
-_BATCH_ROWS = 100_000
+Int64s = npt.NDArray[np.int64]
+
+_BATCH_ROWS = 200_000
 
 
 @dataclass(slots=True)
@@ -39,60 +48,26 @@ class RecoveryReport:
 def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
     started = time.perf_counter()
     report = RecoveryReport()
-    rec = records_pb2.ObjectRecord()
     purge: list[bytes] = []
     keys: list[bytes] = []
-    cols: dict[str, list[int]] = {
-        name: []
-        for name in ("kind", "ns", "size", "seg", "seg_off", "checksum", "flags", "expires")
-    }
-    namespaces = catalog.namespaces
-    segments = ssd.segments
+    raws: list[bytes] = []
     for encoded, raw in catalog.rocks.scan("objects"):
-        rec.ParseFromString(raw)
-        if not rec.HasField("ssd"):
-            purge.append(encoded)
-            continue
-        m = rec.meta
-        seg = int(rec.ssd.segment)
-        if seg == SEG_INLINE:
-            ssd.count_inline(int(m.size_bytes))
-        elif not segments.add_live(seg, len(encoded), int(m.size_bytes)):
-            # The segment file is gone: the record stays so reads report DATA_LOSS
-            # and `tiermem fsck` lists it, instead of the object silently vanishing.
-            report.missing_segment += 1
-        flags = FLAG_LIVE
-        if int(m.profile.durability) == int(Durability.DURABLE):
-            flags |= FLAG_DURABLE
-        if m.profile.pin:
-            flags |= FLAG_PINNED
         keys.append(encoded)
-        c = cols
-        c["kind"].append(m.key.kind)
-        c["ns"].append(namespaces.get(m.key.namespace, 0))
-        c["size"].append(m.size_bytes)
-        c["seg"].append(seg)
-        c["seg_off"].append(rec.ssd.offset)
-        c["checksum"].append(m.checksum.value)
-        c["flags"].append(flags)
-        c["expires"].append(m.expires_unix_ms)
+        raws.append(raw)
         if len(keys) >= _BATCH_ROWS:
-            _load(catalog, keys, cols)
-            report.objects += len(keys)
-            keys.clear()
-            for values in cols.values():
-                values.clear()
+            _load(catalog, ssd, keys, raws, purge, report)
+            keys, raws = [], []
     if keys:
-        _load(catalog, keys, cols)
-        report.objects += len(keys)
+        _load(catalog, ssd, keys, raws, purge, report)
     if purge:
         batch = catalog.rocks.batch()
         for encoded in purge:
-            rec.ParseFromString(catalog.rocks.get("objects", encoded) or b"")
-            catalog.stage_removal(batch, encoded, rec.meta.session, rec.meta.expires_unix_ms)
+            rec = catalog.record(encoded)
+            if rec is not None:
+                catalog.stage_removal(batch, encoded, rec.meta.session, rec.meta.expires_unix_ms)
         batch.commit(sync=True)
         report.purged_volatile = len(purge)
-    report.dropped_segments = len(segments.drop_unreferenced())
+    report.dropped_segments = len(ssd.segments.drop_unreferenced())
     report.seconds = time.perf_counter() - started
     log.info(
         "recovered %d objects in %.2fs (purged %d volatile records, dropped %d segments, "
@@ -106,12 +81,56 @@ def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
     return report
 
 
-def _load(catalog: Catalog, keys: list[bytes], cols: dict[str, list[int]]) -> None:
+def _load(
+    catalog: Catalog,
+    ssd: SsdEngine,
+    keys: list[bytes],
+    raws: list[bytes],
+    purge: list[bytes],
+    report: RecoveryReport,
+) -> None:
+    h = records.headers(raws)
+    on_ssd = (h["flags"] & records.FLAG_ON_SSD) != 0
+    if not on_ssd.all():
+        purge.extend(k for k, keep in zip(keys, on_ssd, strict=True) if not keep)
+        keys = [k for k, keep in zip(keys, on_ssd, strict=True) if keep]
+        h = h[on_ssd]
+    if not keys:
+        return
+    seg = h["seg"].astype(np.int64)
+    size = h["size"].astype(np.int64)
+    inline = seg == SEG_INLINE
+    ssd.count_inline(int(size[inline].sum()))
+    key_len = np.fromiter((len(k) for k in keys), dtype=np.int64, count=len(keys))
+    in_segments = ~inline
+    if in_segments.any():
+        seg_ids, inverse = np.unique(seg[in_segments], return_inverse=True)
+        live = np.zeros(len(seg_ids), dtype=np.int64)
+        np.add.at(live, inverse, _aligned_entry_bytes(key_len[in_segments], size[in_segments]))
+        for seg_id, nbytes in zip(seg_ids.tolist(), live.tolist(), strict=True):
+            if not ssd.segments.add_live_bytes(seg_id, nbytes):
+                # The segment file is gone: the records stay so reads report DATA_LOSS
+                # (and fsck lists them) instead of the objects silently vanishing.
+                report.missing_segment += int((seg == seg_id).sum())
     index = catalog.index
     rows = index.insert_many(keys)
     c = index.cols
-    for name, values in cols.items():
-        c[name][rows] = np.asarray(values, dtype=c[name].dtype)
+    flags = FLAG_LIVE | (h["flags"] & (FLAG_DURABLE | FLAG_PINNED))
+    c["kind"][rows] = h["kind"]
+    c["ns"][rows] = h["ns"]
+    c["size"][rows] = size
+    c["seg"][rows] = seg
+    c["seg_off"][rows] = h["seg_off"]
+    c["checksum"][rows] = h["checksum"]
+    c["flags"][rows] = flags
+    c["expires"][rows] = h["expires"]
     c["tier"][rows] = int(Tier.SSD)
     c["loc"][rows] = -1
     c["atime"][rows] = time.time()
+    report.objects += len(keys)
+
+
+def _aligned_entry_bytes(key_len: Int64s, size: Int64s) -> Int64s:
+    """Vectorised ``segments.entry_bytes``."""
+    raw: Int64s = SEGMENT_HEADER.size + key_len + size
+    return (raw + ALIGN - 1) // ALIGN * ALIGN

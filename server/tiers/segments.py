@@ -93,12 +93,13 @@ class SegmentStore:
     def used_bytes(self) -> int:
         return sum(s.size for s in self._segments.values())
 
-    def add_live(self, seg_id: int, key_len: int, size: int) -> bool:
-        """Count an entry as referenced (start-up recovery). False if the segment is gone."""
+    def add_live_bytes(self, seg_id: int, nbytes: int) -> bool:
+        """Count aligned entry bytes as referenced (start-up recovery). False if
+        the segment is gone."""
         seg = self._segments.get(seg_id)
         if seg is None:
             return False
-        seg.live += entry_bytes(key_len, size)
+        seg.live += nbytes
         return True
 
     def release(self, seg_id: int, key_len: int, size: int) -> None:

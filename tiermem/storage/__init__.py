@@ -1,1 +1,0 @@
-"""Generated from proto/ by `make proto`; do not edit."""
