@@ -69,8 +69,8 @@ class ServerInterceptor(grpc.ServerInterceptor):
             return None
         if not self._ready.is_set() and not details.method.startswith(self.OPEN_WHILE_RECOVERING):
             return _unavailable(handler, "the daemon is starting (recovering its catalog); retry")
-        method = details.method.rsplit("/", 2)[-2:]
-        name = "/".join(method)
+        service, _, method = details.method.lstrip("/").partition("/")
+        name = f"{service.rsplit('.', 1)[-1]}/{method}"  # e.g. "ObjectService/Get"
         rid = _request_id(details)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
