@@ -60,9 +60,11 @@ def test_unavailable_is_retried_until_the_daemon_comes_up(make_daemon) -> None: 
 
 
 def test_unavailable_gives_up_after_the_retries(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    with Client(f"127.0.0.1:{free_port()}", retries=1, timeout_s=2) as c:
-        with pytest.raises(UnavailableError):
-            c.stats()
+    with (
+        Client(f"127.0.0.1:{free_port()}", retries=1, timeout_s=2) as c,
+        pytest.raises(UnavailableError),
+    ):
+        c.stats()
 
 
 def test_other_errors_are_not_retried(daemon) -> None:  # type: ignore[no-untyped-def]
