@@ -94,11 +94,19 @@ def settle_rss(proc: subprocess.Popen[str], address: str, n: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--objects", type=int, default=1_000_000)
+    parser.add_argument(
+        "--seeded-dir", type=Path, default=None, help="reuse (or create) a seeded data dir"
+    )
     args = parser.parse_args()
     n = args.objects
     with tempfile.TemporaryDirectory() as tmp:
-        seeded, empty = Path(tmp) / "seeded", Path(tmp) / "empty"
-        seed_s = seed(seeded, n)
+        seeded, empty = args.seeded_dir or Path(tmp) / "seeded", Path(tmp) / "empty"
+        marker = seeded / f"seeded-{n}"
+        if marker.exists():
+            seed_s = float(marker.read_text())
+        else:
+            seed_s = seed(seeded, n)
+            marker.write_text(str(seed_s))
         print(f"seeded {n} objects in {seed_s:.1f}s")
         proc, addr, empty_start_s = start(empty)
         try:

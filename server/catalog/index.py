@@ -125,8 +125,10 @@ class ObjectIndex:
         """Bulk insert for start-up recovery (keys must be absent). Sets ``check``
         and FLAG_LIVE; the caller fills the other columns vectorised."""
         n = len(encoded_keys)
-        while self._next + n > self.capacity:
-            self._grow(self.capacity * 2)
+        if self._next + n > self.capacity:
+            # Grow by at most 1/8 beyond what is needed: recovery inserts in
+            # batches, and doubling would leave up to half the columns unused.
+            self._grow(max(self._next + n, min(self.capacity * 2, (self._next + n) * 9 // 8)))
         first = self._next
         rows = np.arange(first, first + n, dtype=np.int64)
         checks = np.empty(n, dtype=np.uint64)

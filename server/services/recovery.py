@@ -14,6 +14,8 @@ dict insert, so a million objects load in seconds.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import time
 from dataclasses import dataclass
@@ -33,7 +35,9 @@ log = logging.getLogger(__name__)
 
 Int64s = npt.NDArray[np.int64]
 
-_BATCH_ROWS = 200_000
+#: Small batches keep the temporary key/record lists small; their memory is
+#: reused batch after batch instead of inflating the daemon's footprint.
+_BATCH_ROWS = 20_000
 
 
 @dataclass(slots=True)
@@ -51,7 +55,7 @@ def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
     purge: list[bytes] = []
     keys: list[bytes] = []
     raws: list[bytes] = []
-    for encoded, raw in catalog.rocks.scan("objects"):
+    for encoded, raw in catalog.rocks.scan("objects", bulk=True):
         keys.append(encoded)
         raws.append(raw)
         if len(keys) >= _BATCH_ROWS:
@@ -68,6 +72,7 @@ def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
         batch.commit(sync=True)
         report.purged_volatile = len(purge)
     report.dropped_segments = len(ssd.segments.drop_unreferenced())
+    _return_free_memory()
     report.seconds = time.perf_counter() - started
     log.info(
         "recovered %d objects in %.2fs (purged %d volatile records, dropped %d segments, "
@@ -128,6 +133,12 @@ def _load(
     c["loc"][rows] = -1
     c["atime"][rows] = time.time()
     report.objects += len(keys)
+
+
+def _return_free_memory() -> None:
+    """Hand the heap freed by recovery's temporaries back to the OS (glibc only)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _aligned_entry_bytes(key_len: Int64s, size: Int64s) -> Int64s:

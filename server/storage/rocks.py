@@ -90,10 +90,13 @@ class RocksStore:
         return value if value is None else bytes(value)
 
     def scan(
-        self, cf: str, prefix: bytes = b"", start: bytes | None = None
+        self, cf: str, prefix: bytes = b"", start: bytes | None = None, *, bulk: bool = False
     ) -> Iterator[tuple[bytes, bytes]]:
-        """Items of ``cf`` whose key starts with ``prefix``, in key order, from ``start``."""
+        """Items of ``cf`` whose key starts with ``prefix``, in key order, from ``start``.
+        ``bulk`` scans (whole-table reads) bypass the block cache."""
         read = ReadOptions()
+        if bulk:
+            read.fill_cache(False)  # type: ignore[call-arg]  # stub lacks the flag argument
         it = self._cfs[cf].iter(read)
         it.seek(start if start is not None and start > prefix else prefix)
         while it.valid():
