@@ -221,7 +221,7 @@ class Catalog:
         self, batch: Batch, encoded_key: bytes, meta: ObjectMeta, seg: int, seg_off: int
     ) -> None:
         ns_id = self.namespaces.get(meta.key.namespace, 0)
-        batch.put("objects", encoded_key, records.encode(meta, ns_id, seg, seg_off))
+        batch.put("objects", encoded_key, records.encode(meta, encoded_key, ns_id, seg, seg_off))
         if meta.session:
             batch.put("by_session", session_index_key(meta.session, encoded_key), b"")
         if meta.expires_unix_ms:

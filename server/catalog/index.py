@@ -21,6 +21,7 @@ Not thread-safe: the owner (the catalog) serialises access.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -121,30 +122,36 @@ class ObjectIndex:
             self._rows[hi] = row
         return row
 
-    def insert_many(self, encoded_keys: list[bytes]) -> npt.NDArray[np.int64]:
-        """Bulk insert for start-up recovery (keys must be absent). Sets ``check``
-        and FLAG_LIVE; the caller fills the other columns vectorised."""
-        n = len(encoded_keys)
+    def insert_many(
+        self,
+        hi: npt.NDArray[np.uint64],
+        lo: npt.NDArray[np.uint64],
+        key_of: Callable[[int], bytes],
+    ) -> npt.NDArray[np.int64]:
+        """Bulk insert for start-up recovery from precomputed key hashes (keys
+        must be absent). Sets ``check`` and FLAG_LIVE; the caller fills the other
+        columns vectorised. ``key_of(i)`` gives the i-th encoded key, needed only
+        when high hash halves collide (then the slow path handles the batch)."""
+        n = len(hi)
         if self._next + n > self.capacity:
             # Grow by at most 1/8 beyond what is needed: recovery inserts in
             # batches, and doubling would leave up to half the columns unused.
-            self._grow(max(self._next + n, min(self.capacity * 2, (self._next + n) * 9 // 8)))
+            need = self._next + n
+            self._grow(max(need, min(self.capacity * 2, need * 9 // 8)))
         first = self._next
-        rows = np.arange(first, first + n, dtype=np.int64)
-        checks = np.empty(n, dtype=np.uint64)
-        table, overflow = self._rows, self._overflow
-        for i, key in enumerate(encoded_keys):
-            h = xxhash.xxh3_128_intdigest(key)
-            hi = h >> 64
-            checks[i] = h & _MASK64
-            if hi in table:
-                overflow[key] = first + i
-            else:
-                table[hi] = first + i
+        his = hi.tolist()
+        if len(np.unique(hi)) == n and self._rows.keys().isdisjoint(his):
+            self._rows.update(zip(his, range(first, first + n), strict=True))
+        else:
+            for i, h in enumerate(his):
+                if h in self._rows:
+                    self._overflow[key_of(i)] = first + i
+                else:
+                    self._rows[h] = first + i
         self._next += n
-        self.cols["check"][first : first + n] = checks
+        self.cols["check"][first : first + n] = lo
         self.cols["flags"][first : first + n] = FLAG_LIVE
-        return rows
+        return np.arange(first, first + n, dtype=np.int64)
 
     def remove(self, encoded_key: bytes) -> int:
         """Free the key's row and return it (its column values stay readable until reuse)."""

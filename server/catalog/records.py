@@ -7,10 +7,10 @@ A record is a fixed-width little-endian header followed by the object's
             1  u8   kind                      20  u64  size bytes
             2  u8   flags                     28  u64  checksum (xxh3-64)
             3  u8   reserved                  36  u64  expires unix ms
-            4  u16  namespace id              44  ...  ObjectMeta protobuf
-            6  u16  reserved
-            8  i32  segment (-1 inline, -2 none)
-      44 bytes, numpy dtype RECORD_DTYPE
+            4  u16  namespace id              44  u64  key hash, high half
+            6  u16  encoded key length        52  u64  key hash, low half
+            8  i32  segment (-1 inline,       60  ...  ObjectMeta protobuf
+                    -2 none)
 
 The header holds everything start-up recovery needs, so recovery decodes a
 million headers as one numpy array instead of parsing a million protobufs; the
@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from tiermem.server.catalog.index import FLAG_DURABLE, FLAG_PINNED, SEG_NONE
+from tiermem.server.catalog.index import FLAG_DURABLE, FLAG_PINNED, SEG_NONE, key_hash
 from tiermem.server.errors import Corrupted
-from tiermem.server.model import Durability, ObjectMeta
+from tiermem.server.model import Durability, Kind, ObjectKey, ObjectMeta
 from tiermem.server.protoconv import meta_to_proto
 from tiermem.v1 import common_pb2
 
@@ -36,7 +36,7 @@ VERSION = 1
 #: Header flag: the object has a copy on SSD (records without one are volatile).
 FLAG_ON_SSD = 8
 
-HEADER = struct.Struct("<BBBBHHiQQQQ")
+HEADER = struct.Struct("<BBBBHHiQQQQQQ")
 RECORD_DTYPE = np.dtype(
     [
         ("version", "u1"),
@@ -44,12 +44,14 @@ RECORD_DTYPE = np.dtype(
         ("flags", "u1"),
         ("rsvd0", "u1"),
         ("ns", "<u2"),
-        ("rsvd1", "<u2"),
+        ("key_len", "<u2"),
         ("seg", "<i4"),
         ("seg_off", "<u8"),
         ("size", "<u8"),
         ("checksum", "<u8"),
         ("expires", "<u8"),
+        ("key_hi", "<u8"),
+        ("key_lo", "<u8"),
     ]
 )
 if RECORD_DTYPE.itemsize != HEADER.size:  # pragma: no cover - layout guard
@@ -73,7 +75,7 @@ class StoredRecord:
         return bool(self.flags & FLAG_ON_SSD)
 
 
-def encode(meta: ObjectMeta, ns_id: int, seg: int, seg_off: int) -> bytes:
+def encode(meta: ObjectMeta, encoded_key: bytes, ns_id: int, seg: int, seg_off: int) -> bytes:
     flags = 0
     if meta.profile.durability == Durability.DURABLE:
         flags |= FLAG_DURABLE
@@ -81,18 +83,21 @@ def encode(meta: ObjectMeta, ns_id: int, seg: int, seg_off: int) -> bytes:
         flags |= FLAG_PINNED
     if seg != SEG_NONE:
         flags |= FLAG_ON_SSD
+    hi, lo = key_hash(encoded_key)
     header = HEADER.pack(
         VERSION,
         int(meta.key.kind),
         flags,
         0,
         ns_id,
-        0,
+        len(encoded_key),
         seg,
         seg_off if seg != SEG_NONE else 0,
         meta.size_bytes,
         meta.checksum,
         meta.expires_unix_ms,
+        hi,
+        lo,
     )
     return header + meta_to_proto(meta).SerializeToString()
 
@@ -100,7 +105,8 @@ def encode(meta: ObjectMeta, ns_id: int, seg: int, seg_off: int) -> bytes:
 def decode(raw: bytes) -> StoredRecord:
     if len(raw) < HEADER.size or raw[0] != VERSION:
         raise Corrupted(f"catalog record of {len(raw)} bytes has an unknown format")
-    _v, _kind, flags, _r0, _ns, _r1, seg, seg_off, _size, _sum, _exp = HEADER.unpack_from(raw)
+    fields = HEADER.unpack_from(raw)
+    flags, seg, seg_off = fields[2], fields[6], fields[7]
     meta = common_pb2.ObjectMeta()
     meta.ParseFromString(raw[HEADER.size :])
     return StoredRecord(meta, flags, seg, seg_off)
@@ -125,5 +131,12 @@ def with_pinned(raw: bytes, pinned: bool) -> bytes:
 
 def headers(raws: list[bytes]) -> np.ndarray[Any, np.dtype[np.void]]:
     """Decode many record headers at once into a RECORD_DTYPE array."""
-    blob = b"".join(raw[: HEADER.size] for raw in raws)
+    size = HEADER.size
+    blob = b"".join([raw[:size] for raw in raws])
     return np.frombuffer(blob, dtype=RECORD_DTYPE)
+
+
+def encoded_key_of(rec: StoredRecord) -> bytes:
+    """The catalog key of a record (for the rare paths that only have the value)."""
+    k = rec.meta.key
+    return ObjectKey(k.namespace, Kind(k.kind), k.key).encode()

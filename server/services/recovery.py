@@ -53,16 +53,14 @@ def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
     started = time.perf_counter()
     report = RecoveryReport()
     purge: list[bytes] = []
-    keys: list[bytes] = []
     raws: list[bytes] = []
-    for encoded, raw in catalog.rocks.scan("objects", bulk=True):
-        keys.append(encoded)
+    for raw in catalog.rocks.values("objects"):
         raws.append(raw)
-        if len(keys) >= _BATCH_ROWS:
-            _load(catalog, ssd, keys, raws, purge, report)
-            keys, raws = [], []
-    if keys:
-        _load(catalog, ssd, keys, raws, purge, report)
+        if len(raws) >= _BATCH_ROWS:
+            _load(catalog, ssd, raws, purge, report)
+            raws = []
+    if raws:
+        _load(catalog, ssd, raws, purge, report)
     if purge:
         batch = catalog.rocks.batch()
         for encoded in purge:
@@ -89,7 +87,6 @@ def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
 def _load(
     catalog: Catalog,
     ssd: SsdEngine,
-    keys: list[bytes],
     raws: list[bytes],
     purge: list[bytes],
     report: RecoveryReport,
@@ -97,18 +94,19 @@ def _load(
     h = records.headers(raws)
     on_ssd = (h["flags"] & records.FLAG_ON_SSD) != 0
     if not on_ssd.all():
-        purge.extend(k for k, keep in zip(keys, on_ssd, strict=True) if not keep)
-        keys = [k for k, keep in zip(keys, on_ssd, strict=True) if keep]
+        for i in np.flatnonzero(~on_ssd).tolist():
+            purge.append(records.encoded_key_of(records.decode(raws[i])))
+        raws = [raw for raw, keep in zip(raws, on_ssd.tolist(), strict=True) if keep]
         h = h[on_ssd]
-    if not keys:
+    if not raws:
         return
     seg = h["seg"].astype(np.int64)
     size = h["size"].astype(np.int64)
     inline = seg == SEG_INLINE
     ssd.count_inline(int(size[inline].sum()))
-    key_len = np.fromiter((len(k) for k in keys), dtype=np.int64, count=len(keys))
     in_segments = ~inline
     if in_segments.any():
+        key_len = h["key_len"].astype(np.int64)
         seg_ids, inverse = np.unique(seg[in_segments], return_inverse=True)
         live = np.zeros(len(seg_ids), dtype=np.int64)
         np.add.at(live, inverse, _aligned_entry_bytes(key_len[in_segments], size[in_segments]))
@@ -118,21 +116,23 @@ def _load(
                 # (and fsck lists them) instead of the objects silently vanishing.
                 report.missing_segment += int((seg == seg_id).sum())
     index = catalog.index
-    rows = index.insert_many(keys)
+    kept = raws
+    rows = index.insert_many(
+        h["key_hi"], h["key_lo"], lambda i: records.encoded_key_of(records.decode(kept[i]))
+    )
     c = index.cols
-    flags = FLAG_LIVE | (h["flags"] & (FLAG_DURABLE | FLAG_PINNED))
     c["kind"][rows] = h["kind"]
     c["ns"][rows] = h["ns"]
     c["size"][rows] = size
     c["seg"][rows] = seg
     c["seg_off"][rows] = h["seg_off"]
     c["checksum"][rows] = h["checksum"]
-    c["flags"][rows] = flags
+    c["flags"][rows] = FLAG_LIVE | (h["flags"] & (FLAG_DURABLE | FLAG_PINNED))
     c["expires"][rows] = h["expires"]
     c["tier"][rows] = int(Tier.SSD)
     c["loc"][rows] = -1
     c["atime"][rows] = time.time()
-    report.objects += len(keys)
+    report.objects += len(raws)
 
 
 def _return_free_memory() -> None:

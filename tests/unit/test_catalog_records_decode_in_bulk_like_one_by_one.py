@@ -1,7 +1,7 @@
 import numpy as np
 
 from tiermem.server.catalog import records
-from tiermem.server.catalog.index import SEG_INLINE, SEG_NONE
+from tiermem.server.catalog.index import SEG_INLINE, SEG_NONE, key_hash
 from tiermem.server.model import Durability, Kind, ObjectKey, ObjectMeta, Profile, TensorInfo, Tier
 from tiermem.server.services.recovery import _aligned_entry_bytes
 from tiermem.server.tiers.segments import entry_bytes
@@ -23,11 +23,11 @@ def meta(i: int, durable: bool) -> ObjectMeta:
 def test_encode_decode_round_trip_and_bulk_headers() -> None:
     raws = [
         records.encode(
-            meta(i, i % 3 == 0), ns_id=5, seg=(i if i % 2 else SEG_INLINE), seg_off=i * 4096
+            meta(i, i % 3 == 0), f"key{i}".encode(), 5, (i if i % 2 else SEG_INLINE), i * 4096
         )
         for i in range(6)
     ]
-    raws.append(records.encode(meta(9, False), ns_id=5, seg=SEG_NONE, seg_off=0))
+    raws.append(records.encode(meta(9, False), b"key9", 5, SEG_NONE, 0))
     h = records.headers(raws)
     for i, raw in enumerate(raws):
         rec = records.decode(raw)
@@ -38,15 +38,25 @@ def test_encode_decode_round_trip_and_bulk_headers() -> None:
         assert int(h["expires"][i]) == rec.meta.expires_unix_ms
         assert bool(h["flags"][i] & records.FLAG_ON_SSD) == rec.on_ssd == (i < 6)
         assert int(h["ns"][i]) == 5
+        hi, lo = key_hash(f"key{i if i < 6 else 9}".encode())
+        assert (int(h["key_hi"][i]), int(h["key_lo"][i]), int(h["key_len"][i])) == (hi, lo, 4)
+        assert records.encoded_key_of(rec) == rec_key(rec)
     assert bool(h["flags"][2] & 4)  # pinned
 
 
+def rec_key(rec: records.StoredRecord) -> bytes:
+    k = rec.meta.key
+    return ObjectKey(k.namespace, Kind(k.kind), k.key).encode()
+
+
 def test_patching_the_ssd_location_keeps_the_metadata() -> None:
-    raw = records.encode(meta(1, False), ns_id=1, seg=SEG_NONE, seg_off=0)
+    raw = records.encode(meta(1, False), b"k1", 1, SEG_NONE, 0)
     moved = records.decode(records.with_ssd_location(raw, 42, 8192))
     assert moved.on_ssd and moved.seg == 42 and moved.seg_off == 8192
     assert moved.meta.tensor.shape == [2, 251]
-    unpinned = records.decode(records.with_pinned(records.encode(meta(2, True), 1, 3, 0), False))
+    unpinned = records.decode(
+        records.with_pinned(records.encode(meta(2, True), b"k2", 1, 3, 0), False)
+    )
     assert not unpinned.flags & 4 and unpinned.flags & 2
 
 

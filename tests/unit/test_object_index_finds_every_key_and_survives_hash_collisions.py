@@ -40,17 +40,38 @@ def test_double_insert_and_missing_remove_are_invariant_violations() -> None:
         idx.remove(b"nope")
 
 
+def hashes(keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[type-arg]
+    pairs = [index_module.key_hash(k) for k in keys]
+    return (
+        np.array([p[0] for p in pairs], dtype=np.uint64),
+        np.array([p[1] for p in pairs], dtype=np.uint64),
+    )
+
+
 def test_bulk_insert_matches_single_inserts() -> None:
     idx = ObjectIndex(initial_rows=16)
     keys = [f"key-{i}".encode() for i in range(5000)]
-    rows = idx.insert_many(keys)
+    rows = idx.insert_many(*hashes(keys), keys.__getitem__)
     assert list(rows) == list(range(5000))
     assert all(idx.find(k) == i for i, k in enumerate(keys))
     assert np.all(idx.cols["flags"][rows] == 1)
 
 
+def test_bulk_insert_with_colliding_hashes_takes_the_slow_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(index_module, "key_hash", lambda key: (7 if key < b"m" else 9, len(key)))
+    idx = ObjectIndex()
+    first = idx.insert(b"a")
+    keys = [b"bb", b"ccc", b"zz"]  # two collide with "a"'s high half, one with each other
+    rows = idx.insert_many(*hashes(keys), keys.__getitem__)
+    assert idx.find(b"a") == first
+    assert [idx.find(k) for k in keys] == list(rows)
+
+
 def test_memory_per_object_stays_compact() -> None:
     idx = ObjectIndex()
-    idx.insert_many([f"k{i}".encode() for i in range(100_000)])
+    keys = [f"k{i}".encode() for i in range(100_000)]
+    idx.insert_many(*hashes(keys), keys.__getitem__)
     per_row = idx.nbytes() / idx.capacity
     assert per_row <= 80, per_row
