@@ -285,5 +285,29 @@ class Catalog:
             np.add.at(out[:, :, 1], (int(Tier.SSD), kinds[extra]), sizes[extra])
         return out
 
+    def usage_by_namespace(self, max_namespaces: int) -> npt.NDArray[np.int64]:
+        """Array [tier, kind, slot, (objects, bytes)] counting copies like ``usage``,
+        per namespace: slot = namespace id for ids 1..max_namespaces, and
+        max_namespaces + 1 sums all later namespaces (bounded output)."""
+        slots = max_namespaces + 2
+        shape = (len(Tier) + 1, len(Kind) + 1, slots)
+        rows = self.index.live_rows()
+        c = self.index.cols
+        tiers = c["tier"][rows].astype(np.int64)
+        kinds = c["kind"][rows].astype(np.int64)
+        ns = np.minimum(c["ns"][rows].astype(np.int64), max_namespaces + 1)
+        sizes = c["size"][rows].astype(np.float64)
+        extra = (c["seg"][rows] != SEG_NONE) & (tiers != int(Tier.SSD))
+        tiers = np.concatenate([tiers, np.full(int(extra.sum()), int(Tier.SSD), np.int64)])
+        kinds = np.concatenate([kinds, kinds[extra]])
+        ns = np.concatenate([ns, ns[extra]])
+        sizes = np.concatenate([sizes, sizes[extra]])
+        flat = np.ravel_multi_index((tiers, kinds, ns), shape)
+        n = int(np.prod(shape))
+        out = np.zeros((*shape, 2), dtype=np.int64)
+        out[..., 0] = np.bincount(flat, minlength=n).reshape(shape)
+        out[..., 1] = np.bincount(flat, weights=sizes, minlength=n).reshape(shape).round()
+        return out
+
 
 __all__ = ["SEG_INLINE", "SEG_NONE", "Catalog", "Entry"]
