@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from tiermem import __version__
+from tiermem.server.catalog.catalog import USAGE_COLUMNS, usage_by_namespace
 from tiermem.server.metrics import OTHER_NAMESPACES, TierUsage, UsageRow
 from tiermem.server.model import Kind, Tier
 from tiermem.server.services.cost import cost_usd_per_hour
@@ -73,11 +74,12 @@ class AdminService:
         limit = store.config.metrics.namespace_label_limit
         snap = TierUsage()
         with store.lock:
-            usage = store.catalog.usage_by_namespace(limit)
+            cols = store.catalog.copy_columns(*USAGE_COLUMNS)
             names = {ns_id: name for name, ns_id in store.catalog.namespaces.items()}
             tiers = [
                 (tier, engine.capacity_bytes, engine.used_bytes) for tier, engine in store.engines()
             ]
+        usage = usage_by_namespace(cols, limit)
         slots = {ns_id: name for ns_id, name in names.items() if ns_id <= limit}
         if len(names) > limit:
             slots[limit + 1] = OTHER_NAMESPACES
