@@ -9,7 +9,6 @@ import json
 import re
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -165,14 +164,3 @@ def test_alert_rules_load_evaluate_and_name_exported_metrics(setup: Setup) -> No
         assert rule["health"] == "ok" and not rule.get("lastError"), rule
     # Nothing is wrong with this daemon, so nothing fires.
     assert not [r["name"] for r in rules if r["state"] == "firing"]
-
-
-def test_the_compose_scrape_config_targets_the_metrics_port() -> None:
-    import yaml
-
-    config = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
-    targets = config["scrape_configs"][0]["static_configs"][0]["targets"]
-    toml = (REPO / "deploy" / "tiermem.toml").read_text()
-    port = targets[0].rsplit(":", 1)[1]
-    assert f'listen = "0.0.0.0:{port}"' in toml
-    assert Path(REPO / "deploy" / "prometheus" / "rules").is_dir()

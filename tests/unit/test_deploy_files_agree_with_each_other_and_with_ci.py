@@ -164,3 +164,13 @@ def test_promtool_accepts_the_prometheus_config_and_rules(tmp_path: Path) -> Non
     config = DEPLOY / "prometheus" / "prometheus.yml"
     run = subprocess.run(["promtool", "check", "config", str(config)], capture_output=True)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_prometheus_scrapes_the_port_the_container_config_serves_metrics_on() -> None:
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    (target,) = config["scrape_configs"][0]["static_configs"][0]["targets"]
+    host, port = target.rsplit(":", 1)
+    assert host in _compose()["services"]
+    container = tomllib.loads((DEPLOY / "tiermem.toml").read_text())
+    assert container["metrics"]["listen"] == f"0.0.0.0:{port}"
+    assert f"127.0.0.1:{port}:{port}" in _compose()["services"]["tiermem"]["ports"]
