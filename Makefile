@@ -12,19 +12,16 @@ PROTO_STAMP := $(PROTO_VENV)/.installed
 # The generator is pinned to the oldest protobuf runtime we support (lmcache
 # installs protobuf 6.x and grpcio 1.78): code from newer grpcio-tools fails there.
 GRPC_TOOLS := grpcio-tools==1.78.0 mypy-protobuf==5.1.0
-TORCH  := torch==2.13.0
 PYTEST_ARGS ?=
 
 .PHONY: venv serve test lint typecheck proto proto-check unit bench clean
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	# CPU torch first (a local wheel here); the server extra's torch range is then satisfied.
-	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e '.[server,test]'
+# The same script installs the Docker image (see Dockerfile): CPU torch first
+# (a local wheel here), then the extras.
+$(STAMP): pyproject.toml .ci/install-python
+	PYTHON=$(PYTHON) .ci/install-python $(VENV) server,test --editable
 	touch $@
 
 $(PROTO_STAMP):

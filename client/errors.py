@@ -1,7 +1,8 @@
 """Typed exceptions raised by the clients, one per gRPC status family.
 
-Every exception carries the server's message (``str(exc)``) and the gRPC
-status name (``exc.code``).
+Every exception carries the server's message (``str(exc)``), the gRPC
+status name (``exc.code``) and the daemon's request id (``exc.request_id``,
+the ``x-request-id`` its log lines carry; "" if the daemon was not reached).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ import grpc
 class TiermemClientError(Exception):
     """Base class: any failed call."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, request_id: str = "") -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+        self.request_id = request_id
 
 
 class InvalidArgumentError(TiermemClientError):
@@ -64,8 +66,26 @@ _BY_CODE: dict[grpc.StatusCode, type[TiermemClientError]] = {
 }
 
 
+REQUEST_ID_HEADER = "x-request-id"
+
+
+def request_id_of(call: object) -> str:
+    """The daemon's request id from a call's (or failed call's) initial metadata."""
+    getter = getattr(call, "initial_metadata", None)
+    if getter is None:
+        return ""
+    try:
+        metadata = getter()
+    except Exception:  # a call that never reached the daemon has no metadata
+        return ""
+    for key, value in metadata or ():
+        if key == REQUEST_ID_HEADER:
+            return value if isinstance(value, str) else bytes(value).decode(errors="replace")
+    return ""
+
+
 def from_rpc_error(exc: grpc.RpcError) -> TiermemClientError:
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     details = exc.details() if hasattr(exc, "details") else str(exc)
     cls = _BY_CODE.get(code, TiermemClientError)
-    return cls(code.name if code else "UNKNOWN", details or "")
+    return cls(code.name if code else "UNKNOWN", details or "", request_id_of(exc))

@@ -21,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
+from tiermem import __version__
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.interceptor import ServerInterceptor
 from tiermem.server.api.objects import ObjectServicer
@@ -55,7 +56,7 @@ class Daemon:
 
     def __init__(self, config: Config, registry: CollectorRegistry | None = None) -> None:
         self.config = config
-        self.metrics = Metrics(registry)
+        self.metrics = Metrics(registry, version=__version__)
         self.address = ""
         self.metrics_address = ""
         self.recovery: RecoveryReport | None = None
@@ -70,6 +71,14 @@ class Daemon:
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
+        """Start serving; on failure everything already started is stopped again."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop(grace_s=0)
+            raise
+
+    def _start(self) -> None:
         cfg = self.config
         data_dir = Path(cfg.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
@@ -96,9 +105,12 @@ class Daemon:
         self.objects = ObjectService(self.store, self.mover)
         self.admin = AdminService(self.store)
         self.expirer = Expirer(self.store)
+        store = self.store
+        self.metrics.leases_active.set_function(lambda: store.leases.active)
         self._start_grpc()
+        self._start_metrics()  # before recovery: tiermem_ready is 0 until it is done
         self.recovery = recover(catalog, ssd)
-        self.metrics.recovery_seconds.set(self.recovery.seconds)
+        self._record_recovery(self.recovery)
         for name in cfg.namespaces:
             catalog.ensure_namespace(name)
         self.metrics.watch_state(self.admin.usage_snapshot)
@@ -106,8 +118,8 @@ class Daemon:
             cfg.background, self.mover, self.expirer, self.objects.pressure
         )
         self._background.start()
-        self._start_metrics()
         self._ready.set()
+        self.metrics.ready.set(1)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("tiermem serving on %s (metrics on %s)", self.address, self.metrics_address or "-")
@@ -143,6 +155,15 @@ class Daemon:
         server.start()
         self._server = server
 
+    def _record_recovery(self, report: RecoveryReport) -> None:
+        self.metrics.recovery_seconds.set(report.seconds)
+        for outcome, count in (
+            ("loaded", report.objects),
+            ("purged_volatile", report.purged_volatile),
+            ("missing_segment", report.missing_segment),
+        ):
+            self.metrics.recovery_objects.labels(outcome).set(count)
+
     def _start_metrics(self) -> None:
         listen = self.config.metrics.listen
         if not listen:
@@ -171,6 +192,7 @@ class Daemon:
         if self._stopped.is_set():
             return
         grace = self.config.server.shutdown_grace_s if grace_s is None else grace_s
+        self.metrics.ready.set(0)
         self._health.enter_graceful_shutdown()
         if self._server is not None:
             self._server.stop(grace).wait()

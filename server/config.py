@@ -116,6 +116,23 @@ class LimitsConfig(_Section):
 class MetricsConfig(_Section):
     listen: str = "127.0.0.1:9464"
     """Prometheus HTTP listen address HOST:PORT; port 0 picks a free port; "" disables."""
+    namespace_label_limit: int = Field(default=100, ge=1, le=10_000)
+    """Namespaces exported with their own `namespace` label value (the first created);
+    usage of the rest is summed under namespace="~other", keeping series bounded."""
+
+
+class CostConfig(_Section):
+    """Prices behind `tiermem_cost_usd_per_hour`: stored bytes x price per GiB-hour.
+    Defaults are rough 2025 cloud list prices; set your own."""
+
+    hbm_usd_per_gib_hour: float = Field(default=0.03, ge=0)
+    """HBM: an 80 GiB accelerator at about 2.40 USD per hour (USD per GiB-hour)."""
+    dram_usd_per_gib_hour: float = Field(default=0.005, ge=0)
+    """DRAM: memory share of a cloud VM, about 3.6 USD per GiB-month (USD per GiB-hour)."""
+    ssd_usd_per_gib_hour: float = Field(default=0.0002, ge=0)
+    """Local NVMe SSD, about 0.15 USD per GiB-month (USD per GiB-hour)."""
+    remote_usd_per_gib_hour: float = Field(default=0.00003, ge=0)
+    """Remote object storage, about 0.023 USD per GiB-month (USD per GiB-hour)."""
 
 
 class LoggingConfig(_Section):
@@ -152,6 +169,7 @@ class Config(BaseSettings):
     metrics: MetricsConfig = MetricsConfig()
     logging: LoggingConfig = LoggingConfig()
     background: BackgroundConfig = BackgroundConfig()
+    cost: CostConfig = CostConfig()
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> Config:

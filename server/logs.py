@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from typing import IO
 
 from tiermem.server.api.interceptor import request_id
 
@@ -23,6 +24,7 @@ class _JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
+            "thread": record.threadName,
             "msg": record.getMessage(),
             "request_id": getattr(record, "request_id", "-"),
         }
@@ -31,8 +33,10 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
-def configure(level: str, json_format: bool) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def configure(level: str, json_format: bool, stream: IO[str] | None = None) -> logging.Handler:
+    """Send every log record to ``stream`` (stderr by default) as plain or JSON
+    lines, each with the current request id; returns the installed handler."""
+    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
     handler.addFilter(_RequestIdFilter())
     if json_format:
         handler.setFormatter(_JsonFormatter())
@@ -43,3 +47,4 @@ def configure(level: str, json_format: bool) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    return handler

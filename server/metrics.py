@@ -2,19 +2,37 @@
 
 Tests pass a fresh ``CollectorRegistry()``; the daemon makes one per instance,
 so two daemons in one process never share series. Names follow Prometheus
-conventions: ``tiermem_`` prefix, base units, ``_total`` for counters. Labels
-have bounded values only (tiers, kinds, RPC names, status codes): never object
-keys or session ids.
+conventions: ``tiermem_`` prefix, base units (bytes, seconds), ``_total`` on
+counters (the client library appends it), ``_bytes`` / ``_seconds`` last.
 
-Gauges describing state (tier usage, object counts) are not updated on every
-operation; a collector reads them from the daemon at scrape time.
+Cardinality is bounded: every label name used here is listed in
+``LABEL_BOUNDS`` with what bounds its values (a fixed set, the proto, the
+config); never object keys, session ids or request ids. A unit test walks the
+registry and fails on any other label.
+
+Gauges describing state (tier usage, object counts, cost) are not updated on
+every operation; a collector reads them from the daemon at scrape time.
+
+Layout: the core block (objects, tiers, moves, requests: wired on the
+foundation), then one block per area that is built elsewhere. Those metrics are
+defined (name, HELP, labels) so each area only calls them; the README lists
+which are wired.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import grpc
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+)
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -22,15 +40,64 @@ LATENCY_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
     2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
+#: Background passes (planner, write-back flush) take longer than one RPC.
+PASS_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+TIERS = ("HBM", "DRAM", "SSD", "REMOTE")
+KINDS = ("KV_BLOCK", "VECTOR", "BLOB", "SCRATCH")
+#: Label value summing the namespaces beyond ``metrics.namespace_label_limit``
+#: (``~`` is not allowed in namespace names, so it never collides with one).
+OTHER_NAMESPACES = "~other"
+
+#: Labels whose values come from a fixed set.
+FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
+    "tier": frozenset(TIERS),
+    "from_tier": frozenset(TIERS),
+    "to_tier": frozenset(TIERS),
+    "kind": frozenset(KINDS),
+    "code": frozenset(c.name for c in grpc.StatusCode),
+    "path": frozenset({"shm", "bulk", "grpc"}),
+    "direction": frozenset({"in", "out"}),
+    "where": frozenset({"upload", "ssd", "remote"}),
+    "pass": frozenset({"watermarks", "expiry", "compaction"}),
+    "level": frozenset({"high", "low"}),
+    "outcome": frozenset({"loaded", "purged_volatile", "missing_segment"}),
+    "reason": frozenset(
+        {"records", "bytes", "key_node", "explicit", "session_close", "timer", "shutdown"}
+    ),
+}
+
+#: Every label name a tiermem metric may carry, and what bounds its values.
+LABEL_BOUNDS: dict[str, str] = {
+    **{name: "fixed set: " + ", ".join(sorted(v)) for name, v in FIXED_LABEL_VALUES.items()},
+    "method": "the RPCs of the registered gRPC services (Service/Method)",
+    "namespace": "namespaces up to metrics.namespace_label_limit, the rest as '~other'",
+    "operator": "names in the operator registry (fixed when the daemon starts)",
+    "version": "one value: the running version",
+}
 
 
+@dataclass(slots=True)
+class UsageRow:
+    """Object copies of one (tier, kind, namespace) and what they cost."""
+
+    tier: str
+    kind: str
+    namespace: str
+    objects: int
+    bytes: int
+    cost_usd_per_hour: float
+
+
+@dataclass(slots=True)
 class TierUsage:
-    """Snapshot rows fed to the state collector: (tier, kind, objects, bytes)."""
+    """A scrape-time snapshot of the daemon's state (see ``Metrics.watch_state``)."""
 
-    def __init__(self) -> None:
-        self.capacity: dict[str, int] = {}
-        self.used: dict[str, int] = {}
-        self.objects: list[tuple[str, str, int, int]] = []
+    capacity: dict[str, int] = field(default_factory=dict)
+    used: dict[str, int] = field(default_factory=dict)
+    watermarks: dict[str, tuple[float, float]] = field(default_factory=dict)  # high, low
+    rows: list[UsageRow] = field(default_factory=list)
+    namespaces: int = 0
 
 
 class _StateCollector(Collector):
@@ -45,66 +112,116 @@ class _StateCollector(Collector):
         used = GaugeMetricFamily(
             "tiermem_tier_used_bytes", "Bytes allocated in each tier.", labels=["tier"]
         )
+        marks = GaugeMetricFamily(
+            "tiermem_tier_watermark_ratio",
+            "Fraction of capacity where demotion starts (high) and stops (low).",
+            labels=["tier", "level"],
+        )
         for tier, value in snap.capacity.items():
             cap.add_metric([tier], value)
         for tier, value in snap.used.items():
             used.add_metric([tier], value)
+        for tier, (high, low) in snap.watermarks.items():
+            marks.add_metric([tier, "high"], high)
+            marks.add_metric([tier, "low"], low)
+        labels = ["tier", "kind", "namespace"]
         objs = GaugeMetricFamily(
-            "tiermem_objects", "Object copies per tier and kind.", labels=["tier", "kind"]
+            "tiermem_objects",
+            "Object copies per tier, kind and namespace (an object in DRAM with an SSD copy "
+            "counts on both tiers).",
+            labels=labels,
         )
         obj_bytes = GaugeMetricFamily(
-            "tiermem_object_bytes", "Bytes of object copies per tier and kind.",
-            labels=["tier", "kind"],
+            "tiermem_object_bytes", "Bytes of object copies per tier, kind and namespace.",
+            labels=labels,
         )  # fmt: skip
-        for tier, kind, count, nbytes in snap.objects:
-            objs.add_metric([tier, kind], count)
-            obj_bytes.add_metric([tier, kind], nbytes)
-        return [cap, used, objs, obj_bytes]
+        cost = GaugeMetricFamily(
+            "tiermem_cost_usd_per_hour",
+            "What the stored copies cost per hour at the configured prices (cost.*).",
+            labels=labels,
+        )
+        for row in snap.rows:
+            key = [row.tier, row.kind, row.namespace]
+            objs.add_metric(key, row.objects)
+            obj_bytes.add_metric(key, row.bytes)
+            cost.add_metric(key, row.cost_usd_per_hour)
+        namespaces = GaugeMetricFamily("tiermem_namespaces", "Namespaces that exist.")
+        namespaces.add_metric([], snap.namespaces)
+        return [cap, used, marks, objs, obj_bytes, cost, namespaces]
 
 
 class Metrics:
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, version: str = "") -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        # Process CPU, memory and file descriptors, and the Python version, as
+        # every Prometheus client exports them (process_*, python_info).
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+
+        # -- core: daemon, requests and data paths (wired) ---------------------------
+        self.build_info = Gauge(
+            "tiermem_build_info", "Always 1; the label carries the running version.",
+            ["version"], registry=r,
+        )  # fmt: skip
+        self.build_info.labels(version or "unknown").set(1)
+        self.ready = Gauge(
+            "tiermem_ready",
+            "1 while the daemon serves; 0 while it recovers its catalog or shuts down.",
+            registry=r,
+        )
         self.requests = Counter(
             "tiermem_requests", "RPCs served, by method and status code.", ["method", "code"],
             registry=r,
         )  # fmt: skip
         self.request_seconds = Histogram(
-            "tiermem_request_duration_seconds", "RPC latency by method.", ["method"],
-            buckets=LATENCY_BUCKETS_S, registry=r,
+            "tiermem_request_duration_seconds", "RPC latency by method and status code.",
+            ["method", "code"], buckets=LATENCY_BUCKETS_S, registry=r,
         )  # fmt: skip
         self.data_bytes = Counter(
-            "tiermem_data_bytes", "Object bytes moved per data path and direction.",
+            "tiermem_data_bytes",
+            "Object bytes moved per data path (shm: shared memory, bulk: TCP channel, "
+            "grpc: streamed messages) and direction (in: written by clients, out: read).",
             ["path", "direction"], registry=r,
         )  # fmt: skip
+
+        # -- core: reads (wired; other kinds' services call count_read) ----------------
         self.hits = Counter(
-            "tiermem_reads", "Object reads by serving tier and kind (hits).", ["tier", "kind"],
+            "tiermem_hits", "Reads served from a tier, by tier and kind.", ["tier", "kind"],
             registry=r,
         )  # fmt: skip
         self.misses = Counter(
-            "tiermem_read_misses", "Reads of objects that do not exist, by kind.", ["kind"],
-            registry=r,
+            "tiermem_misses",
+            "Reads that looked in a tier and did not find the object there (served by a "
+            "slower tier, or not found at all), by tier and kind.",
+            ["tier", "kind"], registry=r,
         )  # fmt: skip
+
+        # -- core: moves, eviction, expiry, compaction (wired) -------------------------
         self.migrations = Counter(
             "tiermem_migrations", "Objects moved between tiers.", ["from_tier", "to_tier", "kind"],
             registry=r,
         )  # fmt: skip
         self.migrated_bytes = Counter(
-            "tiermem_migrated_bytes", "Bytes moved between tiers.", ["from_tier", "to_tier"],
-            registry=r,
+            "tiermem_migrated_bytes", "Bytes moved between tiers.",
+            ["from_tier", "to_tier", "kind"], registry=r,
+        )  # fmt: skip
+        self.planner_seconds = Histogram(
+            "tiermem_planner_run_duration_seconds",
+            "Time of one placement pass (today: the watermark demotion pass).",
+            buckets=PASS_BUCKETS_S, registry=r,
         )  # fmt: skip
         self.evictions = Counter(
-            "tiermem_evictions", "CACHE objects dropped under pressure.", ["tier", "kind"],
-            registry=r,
+            "tiermem_evictions", "CACHE objects dropped under pressure (no lower tier had room).",
+            ["tier", "kind"], registry=r,
+        )  # fmt: skip
+        self.evicted_bytes = Counter(
+            "tiermem_evicted_bytes", "Bytes of CACHE objects dropped under pressure.",
+            ["tier", "kind"], registry=r,
         )  # fmt: skip
         self.expirations = Counter(
             "tiermem_expirations", "Objects deleted because their TTL passed.", ["kind"],
             registry=r,
-        )  # fmt: skip
-        self.checksum_failures = Counter(
-            "tiermem_checksum_failures", "Stored or uploaded bytes that failed verification.",
-            ["where"], registry=r,
         )  # fmt: skip
         self.compactions = Counter(
             "tiermem_segment_compactions", "SSD segments compacted and retired.", registry=r
@@ -112,13 +229,105 @@ class Metrics:
         self.compacted_bytes = Counter(
             "tiermem_segment_compacted_bytes", "Live bytes rewritten by compaction.", registry=r
         )
+        self.background_errors = Counter(
+            "tiermem_background_errors",
+            "Background passes that failed (logged with a traceback), by pass.",
+            ["pass"], registry=r,
+        )  # fmt: skip
+
+        # -- core: integrity, leases, recovery (wired) ---------------------------------
+        self.checksum_failures = Counter(
+            "tiermem_checksum_failures", "Stored or uploaded bytes that failed verification.",
+            ["where"], registry=r,
+        )  # fmt: skip
         self.leases_active = Gauge(
-            "tiermem_leases_active", "Read leases currently held.", registry=r
+            "tiermem_leases_active", "Leases on in-memory copies currently held.", registry=r
         )
         self.recovery_seconds = Gauge(
-            "tiermem_recovery_seconds", "Time the last start-up recovery took.", registry=r
+            "tiermem_recovery_duration_seconds", "Time the last start-up recovery took.",
+            registry=r,
+        )  # fmt: skip
+        self.recovery_objects = Gauge(
+            "tiermem_recovery_objects",
+            "Catalog records seen by the last start-up recovery, by outcome.",
+            ["outcome"], registry=r,
+        )  # fmt: skip
+
+        # == Defined for areas built on other branches: they only call these. ==========
+        # -- KV data planes and leases (issue 4) -----------------------------------------
+        self.lease_expiries = Counter(
+            "tiermem_lease_expiries",
+            "Leases that ran past their deadline and were reclaimed by the daemon.",
+            ["tier"], registry=r,
+        )  # fmt: skip
+        # -- placement planner (issue 3) -------------------------------------------------
+        self.drops_to_recompute = Counter(
+            "tiermem_drops_to_recompute",
+            "CACHE objects the planner dropped because recomputing them is cheaper than "
+            "keeping them (the client recomputes on a miss).",
+            ["tier", "kind"], registry=r,
+        )  # fmt: skip
+        # -- scratchpad write-back buffer (issue 7) --------------------------------------
+        self.writeback_records = Gauge(
+            "tiermem_writeback_buffer_records", "Records waiting in the write-back buffer.",
+            registry=r,
+        )  # fmt: skip
+        self.writeback_bytes = Gauge(
+            "tiermem_writeback_buffer_bytes", "Bytes waiting in the write-back buffer.",
+            registry=r,
+        )  # fmt: skip
+        self.writeback_flushes = Counter(
+            "tiermem_writeback_flushes", "Write-back buffer flushes, by what triggered them.",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.writeback_flush_seconds = Histogram(
+            "tiermem_writeback_flush_duration_seconds", "Time of one write-back flush.",
+            buckets=PASS_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.writeback_flushed_records = Counter(
+            "tiermem_writeback_flushed_records", "Records written by write-back flushes.",
+            registry=r,
+        )  # fmt: skip
+        self.writeback_deduplicated = Counter(
+            "tiermem_writeback_deduplicated_records",
+            "Buffered records dropped at flush as duplicates of another record.", registry=r,
+        )  # fmt: skip
+        self.writeback_merged = Counter(
+            "tiermem_writeback_merged_records",
+            "Buffered records merged into another record at flush.", registry=r,
+        )  # fmt: skip
+        # -- sessions (issue 7) ----------------------------------------------------------
+        self.sessions_open = Gauge("tiermem_sessions_open", "Sessions currently open.", registry=r)
+        self.sessions_opened = Counter(
+            "tiermem_sessions_opened", "Sessions opened (root and child).", registry=r
         )
+        self.sessions_closed = Counter(
+            "tiermem_sessions_closed", "Sessions closed (explicitly or by expiry).", registry=r
+        )
+        self.session_reclaimed_bytes = Counter(
+            "tiermem_session_reclaimed_bytes",
+            "Bytes freed by closing sessions, by tier and kind.", ["tier", "kind"], registry=r,
+        )  # fmt: skip
+        # -- operators (issue 7) ---------------------------------------------------------
+        self.operator_invocations = Counter(
+            "tiermem_operator_invocations", "Native operator runs, by operator and status code.",
+            ["operator", "code"], registry=r,
+        )  # fmt: skip
+        self.operator_seconds = Histogram(
+            "tiermem_operator_duration_seconds", "Time of one native operator run.",
+            ["operator"], buckets=LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+
+    def count_read(self, kind: str, served_by: str | None, tiers: Sequence[str]) -> None:
+        """Count one read: a hit on ``served_by`` and a miss on every tier in
+        ``tiers`` (enabled tiers, fastest first) looked at before it; a miss on
+        all of them when nothing was found (``served_by`` None)."""
+        for tier in tiers:
+            if tier == served_by:
+                self.hits.labels(tier, kind).inc()
+                return
+            self.misses.labels(tier, kind).inc()
 
     def watch_state(self, snapshot: Callable[[], TierUsage]) -> None:
-        """Register the scrape-time collector of tier and object gauges."""
+        """Register the scrape-time collector of tier, object and cost gauges."""
         self.registry.register(_StateCollector(snapshot))

@@ -4,7 +4,10 @@ Every RPC runs inside ``_guard``: a ``TiermemError`` aborts with its mapped
 status and message; any other exception is logged with its traceback and
 reported as INTERNAL (its message included, so the caller learns something);
 errors raised while a response stream is being produced are handled the same
-way. Each call is counted by method and status code and timed.
+way. Each call is counted by method and status code and timed, and carries a
+request id: the client's ``x-request-id`` metadata or a generated one, sent
+back as initial metadata and attached to every log line the RPC's thread
+writes.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ if TYPE_CHECKING:
 else:
     Handler = grpc.RpcMethodHandler
 
-#: The current request's id (from the "x-request-id" metadata, else generated).
+#: Metadata key of request ids: read from the client's metadata if present (else
+#: one is generated) and sent back as initial metadata on every RPC.
+REQUEST_ID_HEADER = "x-request-id"
+#: The current request's id; log lines of the RPC's thread carry it (``server.logs``).
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 
 
@@ -67,11 +73,13 @@ class ServerInterceptor(grpc.ServerInterceptor):
         handler = continuation(details)
         if handler is None:
             return None
+        rid = _request_id(details)
         if not self._ready.is_set() and not details.method.startswith(self.OPEN_WHILE_RECOVERING):
-            return _unavailable(handler, "the daemon is starting (recovering its catalog); retry")
+            return _unavailable(
+                handler, "the daemon is starting (recovering its catalog); retry", rid
+            )
         service, _, method = details.method.lstrip("/").partition("/")
         name = f"{service.rsplit('.', 1)[-1]}/{method}"  # e.g. "ObjectService/Get"
-        rid = _request_id(details)
         if handler.unary_unary:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(handler.unary_unary, name, rid),
@@ -100,7 +108,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
 
     def _record(self, name: str, code: str, started: float) -> None:
         self._metrics.requests.labels(name, code).inc()
-        self._metrics.request_seconds.labels(name).observe(time.perf_counter() - started)
+        self._metrics.request_seconds.labels(name, code).observe(time.perf_counter() - started)
 
     def _fail(self, exc: BaseException, context: grpc.ServicerContext, name: str) -> None:
         """Abort the RPC for ``exc`` (raises)."""
@@ -115,8 +123,12 @@ class ServerInterceptor(grpc.ServerInterceptor):
             started = time.perf_counter()
             code = "OK"
             try:
+                context.send_initial_metadata(((REQUEST_ID_HEADER, rid),))
                 return fn(request, context)
             except Exception as exc:
+                if _client_left(exc, context):
+                    code = "CANCELLED"
+                    raise
                 code = _status_name(exc, context)
                 if code == "UNKNOWN" or isinstance(exc, TiermemError):
                     code = exc.code if isinstance(exc, TiermemError) else "INTERNAL"
@@ -136,11 +148,15 @@ class ServerInterceptor(grpc.ServerInterceptor):
             started = time.perf_counter()
             code = "OK"
             try:
+                context.send_initial_metadata(((REQUEST_ID_HEADER, rid),))
                 yield from fn(request, context)
             except GeneratorExit:
                 code = "CANCELLED"  # the client went away mid-stream
                 raise
             except Exception as exc:
+                if _client_left(exc, context):
+                    code = "CANCELLED"
+                    raise
                 code = _status_name(exc, context)
                 if code == "UNKNOWN" or isinstance(exc, TiermemError):
                     code = exc.code if isinstance(exc, TiermemError) else "INTERNAL"
@@ -148,13 +164,27 @@ class ServerInterceptor(grpc.ServerInterceptor):
                 raise
             finally:
                 self._record(name, code, started)
-                request_id.reset(token)
+                _reset(token)
 
         return wrapped
 
 
-def _unavailable(handler: Handler, message: str) -> Handler:
+def _client_left(exc: BaseException, context: grpc.ServicerContext) -> bool:
+    """A request stream that fails because the client cancelled or went away
+    (not a server error: nothing to log)."""
+    return isinstance(exc, grpc.RpcError) and not context.is_active()
+
+
+def _reset(token: contextvars.Token[str]) -> None:
+    try:
+        request_id.reset(token)
+    except ValueError:  # a stream closed from another thread's context
+        request_id.set("-")
+
+
+def _unavailable(handler: Handler, message: str, rid: str) -> Handler:
     def reject(request: Any, context: grpc.ServicerContext) -> Any:
+        context.send_initial_metadata(((REQUEST_ID_HEADER, rid),))
         context.abort(grpc.StatusCode.UNAVAILABLE, message)
 
     factory = {
@@ -172,6 +202,8 @@ def _unavailable(handler: Handler, message: str) -> Handler:
 
 def _request_id(details: grpc.HandlerCallDetails) -> str:
     for key, value in details.invocation_metadata or ():
-        if key == "x-request-id" and isinstance(value, str):
-            return value[:64]
+        if key == REQUEST_ID_HEADER and isinstance(value, str):
+            clean = "".join(ch for ch in value[:64] if ch.isascii() and ch.isprintable())
+            if clean:
+                return clean
     return uuid.uuid4().hex[:16]

@@ -16,6 +16,7 @@ import struct
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +24,7 @@ import numpy.typing as npt
 from tiermem.server.catalog import records
 from tiermem.server.catalog.index import (
     FLAG_DURABLE,
+    FLAG_LIVE,
     FLAG_PINNED,
     SEG_INLINE,
     SEG_NONE,
@@ -284,6 +286,46 @@ class Catalog:
             np.add.at(out[:, :, 0], (int(Tier.SSD), kinds[extra]), 1)
             np.add.at(out[:, :, 1], (int(Tier.SSD), kinds[extra]), sizes[extra])
         return out
+
+    def copy_columns(self, *names: str) -> dict[str, npt.NDArray[Any]]:
+        """Copies of index columns up to the high-water row (call under the
+        service lock; a memcpy, so the lock is held for milliseconds even with
+        millions of objects, and the copies are read after releasing it)."""
+        n = self.index.high_water_row
+        return {name: self.index.cols[name][:n].copy() for name in names}
+
+
+USAGE_COLUMNS = ("tier", "kind", "ns", "size", "seg", "flags")
+
+
+def usage_by_namespace(
+    cols: dict[str, npt.NDArray[Any]], max_namespaces: int
+) -> npt.NDArray[np.int64]:
+    """Array [tier, kind, slot, (objects, bytes)] counting copies like
+    ``Catalog.usage``, per namespace, from ``Catalog.copy_columns(*USAGE_COLUMNS)``:
+    slot = namespace id for ids 1..max_namespaces; max_namespaces + 1 sums all
+    later namespaces, so the output stays bounded."""
+    slots = max_namespaces + 2
+    shape = (len(Tier) + 1, len(Kind) + 1, slots)
+    live = (cols["flags"] & FLAG_LIVE) != 0
+    kinds = cols["kind"].astype(np.intp)
+    ns = np.minimum(cols["ns"].astype(np.intp), max_namespaces + 1)
+    sizes = cols["size"].astype(np.float64)
+    # Serving copies, plus the SSD copy of objects served from a memory tier.
+    extra = live & (cols["seg"] != SEG_NONE) & (cols["tier"] != int(Tier.SSD))
+    flat = np.concatenate(
+        [
+            (cols["tier"].astype(np.intp) * shape[1] + kinds) * slots + ns,
+            (int(Tier.SSD) * shape[1] + kinds[extra]) * slots + ns[extra],
+        ]
+    )
+    weight = np.concatenate([live.astype(np.float64), np.ones(int(extra.sum()))])
+    n = int(np.prod(shape))
+    out = np.zeros((*shape, 2), dtype=np.int64)
+    out[..., 0] = np.bincount(flat, weights=weight, minlength=n).reshape(shape).round()
+    nbytes = np.concatenate([sizes * weight[: len(sizes)], sizes[extra]])
+    out[..., 1] = np.bincount(flat, weights=nbytes, minlength=n).reshape(shape).round()
+    return out
 
 
 __all__ = ["SEG_INLINE", "SEG_NONE", "Catalog", "Entry"]

@@ -6,8 +6,10 @@ import time
 from dataclasses import dataclass, field
 
 from tiermem import __version__
-from tiermem.server.metrics import TierUsage
+from tiermem.server.catalog.catalog import USAGE_COLUMNS, usage_by_namespace
+from tiermem.server.metrics import OTHER_NAMESPACES, TierUsage, UsageRow
 from tiermem.server.model import Kind, Tier
+from tiermem.server.services.cost import cost_usd_per_hour
 from tiermem.server.services.store import Store
 
 
@@ -65,15 +67,35 @@ class AdminService:
         return StatsReport(__version__, reports, objects, int(time.monotonic() - self._started))
 
     def usage_snapshot(self) -> TierUsage:
-        """What the Prometheus state collector exports at scrape time."""
+        """What the Prometheus state collector exports at scrape time: tier
+        capacity, usage and watermarks, and object copies, bytes and cost per
+        tier, kind and namespace (bounded by ``metrics.namespace_label_limit``)."""
+        store = self.store
+        limit = store.config.metrics.namespace_label_limit
         snap = TierUsage()
-        for report in self.stats().tiers:
-            name = report.tier.name
-            snap.capacity[name] = report.capacity_bytes
-            snap.used[name] = report.used_bytes
+        with store.lock:
+            cols = store.catalog.copy_columns(*USAGE_COLUMNS)
+            names = {ns_id: name for name, ns_id in store.catalog.namespaces.items()}
+            tiers = [
+                (tier, engine.capacity_bytes, engine.used_bytes) for tier, engine in store.engines()
+            ]
+        usage = usage_by_namespace(cols, limit)
+        slots = {ns_id: name for ns_id, name in names.items() if ns_id <= limit}
+        if len(names) > limit:
+            slots[limit + 1] = OTHER_NAMESPACES
+        snap.namespaces = len(names)
+        for tier, capacity, used in sorted(tiers):
+            enabled, high, low = store.tier_config(tier)
+            if not enabled:
+                continue
+            snap.capacity[tier.name] = capacity
+            snap.used[tier.name] = used
+            snap.watermarks[tier.name] = (high, low)
             for kind in Kind:
-                count, nbytes = report.by_kind.get(kind, (0, 0))
-                snap.objects.append((name, kind.name, count, nbytes))
+                for slot, namespace in sorted(slots.items()):
+                    count, nbytes = (int(v) for v in usage[tier, kind, slot])
+                    cost = cost_usd_per_hour(tier, nbytes, store.config.cost)
+                    snap.rows.append(UsageRow(tier.name, kind.name, namespace, count, nbytes, cost))
         return snap
 
     def create_namespace(self, name: str) -> bool:

@@ -41,18 +41,24 @@ class BackgroundWorker:
 
     def run_once(self, *, compact: bool = True) -> None:
         """One pass of everything (tests call this to avoid waiting on timers)."""
+        metrics = self._mover.store.metrics
         for name, step in (
             ("watermarks", self._mover.enforce_watermarks),
             ("expiry", self._expirer.expire_due),
         ):
+            started = time.perf_counter()
             try:
                 step()
             except Exception:
+                metrics.background_errors.labels(name).inc()
                 log.exception("background %s pass failed", name)
+            if name == "watermarks":
+                metrics.planner_seconds.observe(time.perf_counter() - started)
         if compact:
             try:
                 self._mover.compact()
             except Exception:
+                metrics.background_errors.labels("compaction").inc()
                 log.exception("background compaction pass failed")
 
     def _run(self) -> None:

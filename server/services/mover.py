@@ -105,7 +105,7 @@ class Mover:
                 store.leases.free(entry.tier, entry.loc, entry.size)
         kind = entry.kind.name
         store.metrics.migrations.labels(entry.tier.name, target.name, kind).inc()
-        store.metrics.migrated_bytes.labels(entry.tier.name, target.name).inc(entry.size)
+        store.metrics.migrated_bytes.labels(entry.tier.name, target.name, kind).inc(entry.size)
         return True
 
     def evict(self, encoded: bytes, tier: Tier) -> int:
@@ -116,6 +116,7 @@ class Mover:
                 return 0
             freed = self.store.remove_locked(encoded, entry)
         self.store.metrics.evictions.labels(tier.name, entry.kind.name).inc()
+        self.store.metrics.evicted_bytes.labels(tier.name, entry.kind.name).inc(freed)
         return freed
 
     # -- making room --------------------------------------------------------------------

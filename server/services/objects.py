@@ -290,13 +290,14 @@ class ObjectService:
             metas.append(self.catalog.meta(encoded, entry))
             self.catalog.touch(entry.row)
 
+        tiers = self.store.tier_names()
         try:
             entry, value = self.store.read(encoded, found)
         except NotFound:
-            self.store.metrics.misses.labels(key.kind.name).inc()
+            self.store.metrics.count_read(key.kind.name, None, tiers)
             raise
         meta = metas[-1]
-        self.store.metrics.hits.labels(entry.tier.name, key.kind.name).inc()
+        self.store.metrics.count_read(key.kind.name, entry.tier.name, tiers)
         end = meta.size_bytes if length == 0 else offset + length
         if offset > meta.size_bytes or end > meta.size_bytes:
             value.release()

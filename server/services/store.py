@@ -67,6 +67,10 @@ class Store:
         """Every enabled engine, fastest tier first."""
         return [*self.memory.items(), (Tier.SSD, self.ssd)]
 
+    def tier_names(self) -> list[str]:
+        """Names of the enabled tiers, fastest first (the order reads look in)."""
+        return [tier.name for tier, _ in self.engines() if self.tier_config(tier)[0]]
+
     def tier_states(self) -> dict[int, TierState]:
         out: dict[int, TierState] = {}
         for tier, engine in self.engines():

@@ -9,7 +9,7 @@ import time
 from tiermem.client import AccessHint, Client, Durability, Kind, ObjectInfo, Profile
 
 
-def _human(n: float) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -25,7 +25,7 @@ def _describe(info: ObjectInfo) -> str:
     copy = " (+SSD copy)" if info.persisted and info.tier.name != "SSD" else ""
     lines = [
         f"key:        {info.namespace}/{info.kind.name}/{info.key}",
-        f"size:       {info.size_bytes} bytes ({_human(info.size_bytes)})",
+        f"size:       {info.size_bytes} bytes ({human_bytes(info.size_bytes)})",
         f"tier:       {info.tier.name}{copy}",
         f"checksum:   xxh3-64 {info.checksum:016x}",
         f"version:    {info.version}",
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
             for n, info in enumerate(
                 client.list(kind=kind, prefix=args.prefix, session=args.session), start=1
             ):
-                size = _human(info.size_bytes)
+                size = human_bytes(info.size_bytes)
                 print(f"{info.kind.name:<9} {info.tier.name:<5} {size:>10}  {info.key}")
                 if n >= args.limit:
                     break
@@ -110,11 +110,11 @@ def format_stats(client: Client) -> str:
         pct = 100 * t.used_bytes / t.capacity_bytes if t.capacity_bytes else 0
         state = "" if t.enabled else " (disabled)"
         out.append(
-            f"{t.tier.name:<6} {_human(t.used_bytes):>11} {_human(t.capacity_bytes):>11} "
+            f"{t.tier.name:<6} {human_bytes(t.used_bytes):>11} {human_bytes(t.capacity_bytes):>11} "
             f"{pct:>5.1f}% {t.high_watermark:>4.2f}/{t.low_watermark:<4.2f}  {t.device}{state}"
         )
     out += ["", f"{'TIER':<6} {'KIND':<9} {'OBJECTS':>9} {'BYTES':>11}"]
     for t in stats.tiers:
         for kind, (count, nbytes) in sorted(t.by_kind.items()):
-            out.append(f"{t.tier.name:<6} {kind.name:<9} {count:>9} {_human(nbytes):>11}")
+            out.append(f"{t.tier.name:<6} {kind.name:<9} {count:>9} {human_bytes(nbytes):>11}")
     return "\n".join(out)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from tiermem import __version__
 
 DEFAULT_ADDR = "127.0.0.1:50051"
+DEFAULT_METRICS_ADDR = "127.0.0.1:9464"
 KINDS = {"kv": 1, "kv_block": 1, "vector": 2, "blob": 3, "scratch": 4}
 
 
@@ -40,6 +41,15 @@ def _object_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("key")
 
 
+def _config_args(p: argparse.ArgumentParser) -> None:
+    """Flags that override the config (shared by `serve` and `config show`)."""
+    p.add_argument("--config", "-c", default=None, help="TOML config file")
+    p.add_argument("--data-dir", default=None, help="directory for durable state")
+    p.add_argument("--listen", default=None, help="gRPC address HOST:PORT (port 0: pick one)")
+    p.add_argument("--metrics-listen", default=None, help="Prometheus address HOST:PORT ('' = off)")
+    p.add_argument("--log-json", action="store_true", help="log JSON lines (logging.json_format)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tiermem", description="Tiered memory daemon for LLM long-memory data."
@@ -48,10 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("serve", help="run the daemon in the foreground")
-    p.add_argument("--config", "-c", default=None, help="TOML config file")
-    p.add_argument("--data-dir", default=None, help="directory for durable state")
-    p.add_argument("--listen", default=None, help="gRPC address HOST:PORT (port 0: pick one)")
-    p.add_argument("--metrics-listen", default=None, help="Prometheus address HOST:PORT ('' = off)")
+    _config_args(p)
 
     p = sub.add_parser("put", help="store a file (or stdin with '-') as an object")
     _object_args(p)
@@ -81,6 +88,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="tier capacity and usage by kind")
     _client_args(p)
 
+    p = sub.add_parser("top", help="live view of a daemon (reads its metrics endpoint)")
+    p.add_argument("--metrics-addr", default=DEFAULT_METRICS_ADDR, help="metrics HOST:PORT")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
+    p.add_argument("--iterations", type=int, default=0, help="stop after N frames (0: never)")
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+
+    p = sub.add_parser("health", help="gRPC health check: exit 0 if SERVING, else 1")
+    p.add_argument("--addr", default=DEFAULT_ADDR, help="daemon address HOST:PORT")
+    p.add_argument("--service", default="", help="service name ('' = the whole daemon)")
+    p.add_argument("--timeout", type=float, default=5.0, help="deadline in seconds")
+
+    p = sub.add_parser("config", help="configuration")
+    config_sub = p.add_subparsers(dest="config_command", required=True)
+    q = config_sub.add_parser("show", help="effective config and the source of each value")
+    _config_args(q)
+    q.add_argument("--json", action="store_true", help="JSON instead of a table")
+
     p = sub.add_parser("ns", help="namespaces")
     ns_sub = p.add_subparsers(dest="ns_command", required=True)
     q = ns_sub.add_parser("create")
@@ -97,13 +121,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tiermem.cli.serve import serve
 
         return serve(args)
+    if args.command == "top":
+        from tiermem.cli.top import run_top
+
+        return run_top(args)
+    if args.command == "health":
+        from tiermem.cli.health import run_health
+
+        return run_health(args)
+    if args.command == "config":
+        from tiermem.cli.config_show import run_config_show
+
+        return run_config_show(args)
     from tiermem.cli.commands import run
     from tiermem.client.errors import TiermemClientError
 
     try:
         return run(args)
     except TiermemClientError as exc:
-        print(f"tiermem: {exc}", file=sys.stderr)
+        rid = f" (request id {exc.request_id})" if exc.request_id else ""
+        print(f"tiermem: {exc}{rid}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0

@@ -9,6 +9,24 @@ from pathlib import Path
 from typing import Any
 
 
+def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Config overrides from the flags ``serve`` and ``config show`` share."""
+    overrides: dict[str, Any] = {}
+    if args.data_dir:
+        overrides["data_dir"] = args.data_dir
+    if args.listen:
+        overrides["server"] = {"listen": args.listen}
+    if args.metrics_listen is not None:
+        overrides["metrics"] = {"listen": args.metrics_listen}
+    if args.log_json:
+        overrides["logging"] = {"json_format": True}
+    return overrides
+
+
+def config_path(args: argparse.Namespace) -> Path | None:
+    return Path(args.config) if args.config else None
+
+
 def serve(args: argparse.Namespace) -> int:
     try:
         from pydantic import ValidationError
@@ -22,15 +40,8 @@ def serve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    overrides: dict[str, Any] = {}
-    if args.data_dir:
-        overrides["data_dir"] = args.data_dir
-    if args.listen:
-        overrides["server"] = {"listen": args.listen}
-    if args.metrics_listen is not None:
-        overrides["metrics"] = {"listen": args.metrics_listen}
     try:
-        config = load_config(Path(args.config) if args.config else None, **overrides)
+        config = load_config(config_path(args), **config_overrides(args))
     except (ValidationError, FileNotFoundError) as exc:
         print(f"tiermem: bad configuration: {exc}", file=sys.stderr)
         return 2
