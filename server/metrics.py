@@ -118,6 +118,33 @@ class Metrics:
         self.recovery_seconds = Gauge(
             "tiermem_recovery_seconds", "Time the last start-up recovery took.", registry=r
         )
+        # -- data plane: shared-memory leases and the bulk TCP channel ----------------
+        # (bytes they move are counted in tiermem_data_bytes with path="shm" / "bulk")
+        self.dataplane_leases = Counter(
+            "tiermem_dataplane_leases", "Shared-memory leases granted, by kind (read, write).",
+            ["kind"], registry=r,
+        )  # fmt: skip
+        self.dataplane_lease_ends = Counter(
+            "tiermem_dataplane_lease_ends",
+            "Shared-memory leases ended, by kind and how (released, committed, aborted, expired).",
+            ["kind", "how"], registry=r,
+        )  # fmt: skip
+        self.dataplane_leases_active = Gauge(
+            "tiermem_dataplane_leases_active", "Shared-memory leases outstanding.", registry=r
+        )
+        self.bulk_transfers = Counter(
+            "tiermem_bulk_transfers",
+            "Bulk-channel transfers by op (put, get, - = not started) and result "
+            "(ok, refused, failed, broken).",
+            ["op", "result"], registry=r,
+        )  # fmt: skip
+        self.bulk_tickets_active = Gauge(
+            "tiermem_bulk_tickets_active", "Bulk-channel tickets issued and not yet used.",
+            registry=r,
+        )  # fmt: skip
+        self.bulk_connections = Gauge(
+            "tiermem_bulk_connections", "Bulk-channel connections open.", registry=r
+        )
 
     def watch_state(self, snapshot: Callable[[], TierUsage]) -> None:
         """Register the scrape-time collector of tier and object gauges."""
