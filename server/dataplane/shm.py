@@ -151,6 +151,7 @@ class SharedMemoryPlane:
 
     def _reserve_one(self, arena: DramEngine, spec: PutSpec) -> Region:
         size = spec.size_bytes
+        profile = self._objects.prepare(spec)
         if size < arena.arena_min_bytes:
             raise InvalidArgument(
                 f"{spec.key} is {size} bytes, below tiers.dram.arena_min_bytes="
@@ -161,7 +162,6 @@ class SharedMemoryPlane:
                 f"{spec.key} is {size} bytes; the shared-memory arena holds at most "
                 f"{arena.capacity_bytes} (tiers.dram.capacity_bytes); use the bulk channel or Put"
             )
-        profile = self._objects.prepare(spec)
         self._budget.take(size)
         try:
             reservation = self._objects.reserve(size, profile, only=Tier.DRAM)
