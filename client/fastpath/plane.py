@@ -159,6 +159,7 @@ class DataPlane:
         self._offer: _Offer | None = None
         self._bulk_down_until = 0.0
         self._stats = {p: _Counter() for p in PATHS}
+        self._releasing: list[grpc.Future[Any]] = []  # Release calls not yet answered
 
     # -- what the daemon offers ---------------------------------------------------------
     def _call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
@@ -250,6 +251,11 @@ class DataPlane:
                 c.get_bytes += nbytes
 
     def close(self) -> None:
+        with self._lock:
+            releasing, self._releasing = self._releasing, []
+        for future in releasing:
+            with contextlib.suppress(grpc.RpcError, grpc.FutureTimeoutError):
+                future.result(timeout=5)
         self._bulk.close()
         with self._lock:
             offer, self._offer = self._offer, None
@@ -459,6 +465,20 @@ class DataPlane:
                 timeout_s,
             )
 
+    def _release_soon(self, lease_ids: Sequence[int]) -> None:
+        """Release read leases without waiting for the answer: the copy is done, so
+        the caller need not pay a round trip. A lost release only means the lease
+        runs to its TTL."""
+        if not lease_ids:
+            return
+        request = dataplane_pb2.ReleaseRequest(lease_ids=list(lease_ids))
+        future = self._dp.Release.future(
+            request, timeout=self._transport.timeout_s, metadata=self._transport.metadata
+        )
+        with self._lock:
+            self._releasing = [f for f in self._releasing if not f.done()]
+            self._releasing.append(future)
+
     # -- get ------------------------------------------------------------------------------
     def get_many(
         self,
@@ -554,7 +574,7 @@ class DataPlane:
                 results.append(Fetched(info, data, "grpc" if lease.inline else "shm"))
             late = time.monotonic() > started + reply.ttl_ms / 1000.0
         finally:
-            self._release_quietly(lease_ids, timeout_s)
+            self._release_soon(lease_ids)
         if late:
             raise _Fallback()  # the lease may have run out mid-copy: do not trust the bytes
         for r in results:
