@@ -20,7 +20,9 @@ batches of 32 x 256 KiB where it has a batch API:
   ``batch_put_from`` / ``batch_get_into``;
 * LMCache's KV server (``lmcache_server 127.0.0.1 PORT cpu``) driven by
   LMCache's own ``lm://`` connector from ``.venv-lmcache``
-  (``bench/lmcache_kv_driver.py``); put = ``put`` + ``exists`` round trip.
+  (``bench/lmcache_kv_driver.py``); put = ``put`` + ``exists`` round trip,
+  its connector has no batch calls, so a batch is puts back to back + one
+  ``exists``, or gets back to back.
 
 Peers are measured in interleaved rounds so load from other processes on a
 shared machine spreads over all of them; figures are medians over every
@@ -324,6 +326,7 @@ class Mooncake(Peer):
 
 class LMCacheServer(Peer):
     name = "lmcache_server"
+    batches = True
 
     def __init__(self, stack: ExitStack) -> None:
         port = free_port()
@@ -353,9 +356,9 @@ class LMCacheServer(Peer):
             raise RuntimeError(f"LMCache driver: {msg['error']}")
         return msg
 
-    def _ask(self, op: str, size: int, n: int) -> Latencies:
+    def _ask(self, op: str, size: int, n: int, batch: int = 1) -> Latencies:
         assert self.driver.stdin is not None
-        self.driver.stdin.write(f"{op} {size} {n}\n")
+        self.driver.stdin.write(f"{op} {size} {n} {batch}\n")
         self.driver.stdin.flush()
         return list(self._read()["latencies_s"])
 
@@ -364,6 +367,12 @@ class LMCacheServer(Peer):
 
     def get(self, size: int, n: int) -> Latencies:
         return self._ask("get", size, n)
+
+    def put_batch(self, size: int, n: int) -> Latencies:
+        return self._ask("putb", size, n, BATCH)
+
+    def get_batch(self, size: int, n: int) -> Latencies:
+        return self._ask("getb", size, n, BATCH)
 
 
 # -- helper processes ---------------------------------------------------------------------

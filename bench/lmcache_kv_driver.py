@@ -6,10 +6,13 @@ own connector, for ``bench.kv_throughput``. Runs in the lmcache environment
 
 Reads commands from stdin, one per line, and answers each with one JSON line:
 ``put SIZE N`` / ``get SIZE N`` (latencies in seconds of N operations on
-SIZE-byte chunks; gets cycle over the chunks put so far), ``quit``. A put is
-the connector's ``put`` followed by an ``exists`` round trip: LMCache's put does not wait for the server, so the
-round trip is what tells the bytes arrived and were stored. A get is the
-connector's ``get``, which receives into a buffer of LMCache's CPU pool.
+SIZE-byte chunks; gets cycle over the chunks put so far), ``putb SIZE N B`` /
+``getb SIZE N B`` (N batches of B chunks: the ``lm://`` connector has no batch
+calls, so a batch is B puts back to back then one ``exists``, or B gets),
+``quit``. A put is the connector's ``put`` followed by an ``exists`` round
+trip: LMCache's put does not wait for the server, so the round trip is what
+tells the bytes arrived and were stored. A get is the connector's ``get``,
+which receives into a buffer of LMCache's CPU pool.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 os.environ.setdefault("LMCACHE_TRACK_USAGE", "false")
 
@@ -31,10 +35,11 @@ from lmcache.v1.storage_backend import CreateStorageBackends
 
 MODEL = "bench/kv-throughput"
 CHUNK_TOKENS = 256
-#: bfloat16 KV chunk shapes (layers, K/V, tokens, kv heads, head dim) by size
+#: bfloat16 chunk shapes as LMCache holds them (K/V, layers, tokens, heads x head dim):
+#: 32 layers of 8 x 128 → 32 MiB, 1 layer of 2 x 128 → 256 KiB per 256-token chunk.
 SHAPES = {
-    32 << 20: (32, 2, CHUNK_TOKENS, 8, 128),
-    256 << 10: (1, 2, CHUNK_TOKENS, 2, 128),
+    32 << 20: (2, 32, CHUNK_TOKENS, 8 * 128),
+    256 << 10: (2, 1, CHUNK_TOKENS, 2 * 128),
 }
 
 
@@ -49,7 +54,7 @@ def run() -> None:
     )
     md = LMCacheMetadata(
         model_name=MODEL, world_size=1, local_world_size=1, worker_id=0, local_worker_id=0,
-        kv_dtype=torch.bfloat16, kv_shape=SHAPES[32 << 20], chunk_size=CHUNK_TOKENS,
+        kv_dtype=torch.bfloat16, kv_shape=(32, 2, CHUNK_TOKENS, 8, 128), chunk_size=CHUNK_TOKENS,
         role="worker",
     )  # fmt: skip
     loop = asyncio.new_event_loop()
@@ -57,22 +62,21 @@ def run() -> None:
     backends = CreateStorageBackends(cfg, md, loop)
     remote = next(b for name, b in backends.items() if name.startswith("RemoteBackend"))
     cpu = backends["LocalCPUBackend"]
-    conn = remote.connection
-    while hasattr(conn, "connector") and not hasattr(conn, "client_socket"):
-        conn = conn.connector  # unwrap instrumentation wrappers
+    conn = remote.connection  # the lm:// connector (as LMCache wraps it)
     keys: dict[int, list[CacheEngineKey]] = {}
     keys_total: list[CacheEngineKey] = []
 
-    def call(coro: object) -> object:
-        return asyncio.run_coroutine_threadsafe(coro, loop).result()  # type: ignore[arg-type]
+    def call(coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
-    sources: dict[int, object] = {}
+    sources: dict[int, Any] = {}
     print(json.dumps({"ready": True, "connector": type(conn).__name__}), flush=True)
     for line in sys.stdin:
         parts = line.split()
         if not parts or parts[0] == "quit":
             break
         op, size, n = parts[0], int(parts[1]), int(parts[2])
+        batch = int(parts[3]) if len(parts) > 3 else 1
         shape = torch.Size(SHAPES[size])
         if size not in sources:
             obj = cpu.allocate(shape, torch.bfloat16)
@@ -80,26 +84,36 @@ def run() -> None:
             sources[size] = obj
         lat = []
         stored = keys.setdefault(size, [])
-        if op == "put":
-            src = sources[size]
+        src = sources[size]
+        if op in ("put", "putb"):
             for _ in range(n):
-                key = CacheEngineKey(MODEL, 1, 0, len(keys_total), torch.bfloat16)
-                keys_total.append(key)
+                batch_keys = []
+                for _j in range(batch):
+                    batch_keys.append(CacheEngineKey(MODEL, 1, 0, len(keys_total), torch.bfloat16))
+                    keys_total.append(batch_keys[-1])
+                for _j in range(batch):
+                    src.ref_count_up()  # the connector's put consumes one reference
                 t0 = time.perf_counter()
-                call(conn.put(key, src))
-                call(conn.exists(key))
+                for key in batch_keys:
+                    call(conn.put(key, src))
+                call(conn.exists(batch_keys[-1]))  # the server has taken them all
                 lat.append(time.perf_counter() - t0)
-                stored.append(key)
+                stored.extend(batch_keys)
             print(json.dumps({"latencies_s": lat}), flush=True)
             continue
+        missing = False
         for i in range(n):
+            want = [stored[-1 - (i * batch + j) % len(stored)] for j in range(batch)]
             t0 = time.perf_counter()
-            obj = call(conn.get(stored[i % len(stored)]))
+            objs = [call(conn.get(key)) for key in want]
             lat.append(time.perf_counter() - t0)
-            if obj is None:
-                print(json.dumps({"error": "a stored chunk is missing"}), flush=True)
-                break
-            obj.ref_count_down()  # type: ignore[attr-defined]
+            for obj in objs:
+                if obj is None:
+                    missing = True
+                else:
+                    obj.ref_count_down()
+        if missing:
+            print(json.dumps({"error": "a stored chunk is missing"}), flush=True)
         else:
             print(json.dumps({"latencies_s": lat}), flush=True)
     for b in backends.values():

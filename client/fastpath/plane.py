@@ -330,21 +330,40 @@ class DataPlane:
             return all(low <= len(v) <= offer.arena.size_bytes for v in views)
 
         offer, candidates = self._candidates(path, fits)
+        return self._first_that_serves(
+            path,
+            candidates,
+            {
+                "shm": lambda: self._put_shm(offer, items, views, timeout_s),
+                "bulk": lambda: self._put_bulk(offer, items, views, timeout_s),
+            },
+            lambda: [
+                self._put_grpc(item, view, timeout_s)
+                for item, view in zip(items, views, strict=True)
+            ],
+        )
+
+    @staticmethod
+    def _first_that_serves(
+        forced: str | None,
+        candidates: list[str],
+        fast: dict[str, Callable[[], list[T]]],
+        grpc_path: Callable[[], list[T]],
+    ) -> list[T]:
+        """Try the fast paths in order; gRPC serves what none of them could.
+        A forced path that cannot serve is an error, not a fallback."""
         for p in candidates:
-            try:
-                if p == "shm":
-                    return self._put_shm(offer, items, views, timeout_s)
-                if p == "bulk":
-                    return self._put_bulk(offer, items, views, timeout_s)
-            except _Fallback:
-                if path is not None:
-                    raise FailedPreconditionError(
-                        "FAILED_PRECONDITION", f"data path {path!r} could not serve the request"
-                    ) from None
+            attempt = fast.get(p)
+            if attempt is None:
                 continue
-        return [
-            self._put_grpc(item, view, timeout_s) for item, view in zip(items, views, strict=True)
-        ]
+            try:
+                return attempt()
+            except _Fallback:
+                if forced is not None:
+                    raise FailedPreconditionError(
+                        "FAILED_PRECONDITION", f"data path {forced!r} could not serve the request"
+                    ) from None
+        return grpc_path()
 
     def _header(self, item: PutItem, view: memoryview, verify: bool) -> object_pb2.PutHeader:
         return _wire.put_header(
@@ -518,22 +537,18 @@ class DataPlane:
         timeout_s: float | None,
     ) -> list[Fetched]:
         offer, candidates = self._candidates(path, lambda p, o: True)
-        for p in candidates:
-            try:
-                if p == "shm":
-                    return self._get_shm(offer, refs, outs, timeout_s)
-                if p == "bulk":
-                    return self._get_bulk(offer, refs, outs, timeout_s)
-            except _Fallback:
-                if path is not None:
-                    raise FailedPreconditionError(
-                        "FAILED_PRECONDITION", f"data path {path!r} could not serve the request"
-                    ) from None
-                continue
-        return [
-            self._get_grpc(ref, outs[i] if outs is not None else None, timeout_s)
-            for i, ref in enumerate(refs)
-        ]
+        return self._first_that_serves(
+            path,
+            candidates,
+            {
+                "shm": lambda: self._get_shm(offer, refs, outs, timeout_s),
+                "bulk": lambda: self._get_bulk(offer, refs, outs, timeout_s),
+            },
+            lambda: [
+                self._get_grpc(ref, outs[i] if outs is not None else None, timeout_s)
+                for i, ref in enumerate(refs)
+            ],
+        )
 
     def _keys(self, refs: Sequence[ObjectRef]) -> list[Any]:
         return [_wire.object_key(r.namespace or self._namespace, r.kind, r.key) for r in refs]

@@ -50,6 +50,7 @@ class BulkServer:
         self._slots = threading.BoundedSemaphore(config.max_connections)
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
+        self._threads: set[threading.Thread] = set()
         self._stopping = threading.Event()
         self.address = ""
 
@@ -78,6 +79,10 @@ class BulkServer:
                 conn.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join(timeout=10)
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:  # their transfers fail fast once the sockets are shut
+            thread.join(timeout=10)
 
     # -- connections ------------------------------------------------------------------
     def _accept(self) -> None:
@@ -92,11 +97,13 @@ class BulkServer:
             if not self._slots.acquire(blocking=False):
                 self._refuse(conn, "RESOURCE_EXHAUSTED", "too many bulk connections; retry")
                 continue
+            thread = threading.Thread(
+                target=self._serve, args=(conn, str(addr[0])), name="tiermem-bulk-conn", daemon=True
+            )
             with self._lock:
                 self._conns.add(conn)
-            threading.Thread(
-                target=self._serve, args=(conn, str(addr[0])), name="tiermem-bulk-conn", daemon=True
-            ).start()
+                self._threads.add(thread)
+            thread.start()
 
     def _refuse(self, conn: socket.socket, code: str, message: str) -> None:
         try:
@@ -126,6 +133,7 @@ class BulkServer:
         finally:
             with self._lock:
                 self._conns.discard(conn)
+                self._threads.discard(threading.current_thread())
             conn.close()
             self._slots.release()
             self._metrics.bulk_connections.dec()

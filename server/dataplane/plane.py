@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from tiermem.dataplane_wire import VERSION, host_id
 from tiermem.server.config import Config
-from tiermem.server.dataplane.budget import ByteBudget
 from tiermem.server.dataplane.bulk import BulkServer
+from tiermem.server.dataplane.limits import ByteBudget
 from tiermem.server.dataplane.shm import ArenaInfo, SharedMemoryPlane
 from tiermem.server.dataplane.transfers import BulkTransfers
 from tiermem.server.metrics import Metrics

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import xxhash
 
 from tiermem.server.config import DataPlaneConfig
-from tiermem.server.dataplane.budget import ByteBudget
+from tiermem.server.dataplane.limits import ByteBudget, check_batch
 from tiermem.server.errors import FailedPrecondition, InvalidArgument, TiermemError
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import ObjectKey, ObjectMeta, Profile, Tier
@@ -124,13 +124,7 @@ class SharedMemoryPlane:
         return min(ttl_ms / 1000.0, self._config.max_lease_ttl_s)
 
     def _check_batch(self, n: int, what: str) -> None:
-        if n == 0:
-            raise InvalidArgument(f"{what} names no objects")
-        if n > self._config.max_batch_objects:
-            raise InvalidArgument(
-                f"{what} names {n} objects; the limit is {self._config.max_batch_objects} "
-                "(dataplane.max_batch_objects)"
-            )
+        check_batch(n, self._config.max_batch_objects, what)
 
     # -- write: reserve → fill in place → commit -----------------------------------------
     def reserve(self, owner: str, specs: Sequence[PutSpec], ttl_s: float) -> list[Lease]:

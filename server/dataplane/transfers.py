@@ -32,7 +32,7 @@ import xxhash
 
 from tiermem.dataplane_wire import TICKET_ID_BYTES
 from tiermem.server.config import DataPlaneConfig
-from tiermem.server.dataplane.budget import ByteBudget
+from tiermem.server.dataplane.limits import ByteBudget, check_batch
 from tiermem.server.errors import (
     CapacityExceeded,
     FailedPrecondition,
@@ -199,13 +199,7 @@ class BulkTransfers:
     def _check_batch(self, n: int, what: str) -> None:
         if not self.address:
             raise FailedPrecondition("the bulk channel is off on this daemon; use Put/Get")
-        if n == 0:
-            raise InvalidArgument(f"{what} names no objects")
-        if n > self._config.max_batch_objects:
-            raise InvalidArgument(
-                f"{what} names {n} objects; the limit is {self._config.max_batch_objects} "
-                "(dataplane.max_batch_objects)"
-            )
+        check_batch(n, self._config.max_batch_objects, what)
 
     def _new_ticket(self, owner: str, op: Literal["put", "get"]) -> Ticket:
         ttl = self._config.bulk.ticket_ttl_s

@@ -4,7 +4,8 @@ bulk connections driven byte by byte."""
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import grpc
@@ -71,3 +72,12 @@ def present(ticket: dataplane_pb2.Ticket, credential: bytes = b"") -> tuple[sock
     sock = socket.create_connection((host, int(port)), timeout=10)
     sock.sendall(preamble(ticket.ticket_id, credential))
     return sock, read_status(sock).code
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
+    """Poll until ``condition()`` holds (background work, unanswered releases)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.01)

@@ -20,6 +20,7 @@ from tests.integration.dataplane.helpers import (
     read_status,
     recv_exact,
     rpc_error,
+    wait_for,
 )
 from tiermem.client import Client, Kind, NotFoundError
 from tiermem.server.app import Daemon
@@ -27,14 +28,6 @@ from tiermem.server.model import Tier
 from tiermem.v1 import common_pb2, dataplane_pb2
 
 TOKEN_A = (("authorization", "Bearer alice"),)
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def dram_used(daemon: Daemon) -> int:

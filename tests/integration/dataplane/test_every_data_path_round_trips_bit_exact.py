@@ -3,11 +3,10 @@ the client says which path carried them."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
+from tests.integration.dataplane.helpers import wait_for
 from tiermem.client import Client, Kind
 from tiermem.client.fastpath import ObjectRef, PutItem
 from tiermem.server.app import Daemon
@@ -90,10 +89,7 @@ def test_ssd_resident_objects_are_served_through_a_staging_copy(
     assert bytes(fetched.data) == data and fetched.path == "shm"
     plane = daemon.dataplane
     assert plane is not None
-    deadline = time.monotonic() + 20
-    while len(plane.leases) and time.monotonic() < deadline:  # released without waiting
-        time.sleep(0.01)
-    assert len(plane.leases) == 0
+    wait_for(lambda: len(plane.leases) == 0, "the read lease's release")  # sent without waiting
 
 
 def test_shm_puts_honour_admission_and_durability(client: Client) -> None:

@@ -19,6 +19,7 @@ from tests.integration.dataplane.helpers import (
     header,
     key,
     rpc_error,
+    wait_for,
 )
 from tiermem.client import Client, Kind, NotFoundError
 from tiermem.client.fastpath.shm import Arena
@@ -26,14 +27,6 @@ from tiermem.server.app import Daemon
 from tiermem.server.model import Kind as ServerKind
 from tiermem.server.model import ObjectKey, Tier
 from tiermem.v1 import common_pb2, dataplane_pb2, object_pb2
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
 
 
 def arena_of(stub: object) -> Arena:

@@ -1,11 +1,22 @@
-"""A byte budget for what the data plane holds on clients' behalf
-(uncommitted reservations, staging copies, bytes pinned by tickets)."""
+"""Limits of the data plane: the byte budget for what it holds on clients'
+behalf (uncommitted reservations, staging copies, bytes pinned by tickets)
+and the size of one request's batch."""
 
 from __future__ import annotations
 
 import threading
 
-from tiermem.server.errors import CapacityExceeded, InvariantViolation
+from tiermem.server.errors import CapacityExceeded, InvalidArgument, InvariantViolation
+
+
+def check_batch(n: int, limit: int, what: str) -> None:
+    """Raise InvalidArgument unless a request names 1..``limit`` objects."""
+    if n == 0:
+        raise InvalidArgument(f"{what} names no objects")
+    if n > limit:
+        raise InvalidArgument(
+            f"{what} names {n} objects; the limit is {limit} (dataplane.max_batch_objects)"
+        )
 
 
 class ByteBudget:
