@@ -471,7 +471,14 @@ def run(rounds: int, quick: bool) -> None:
     ops = {SIZES["32MiB"]: 2 if quick else 6, SIZES["256KiB"]: 20 if quick else 80}
     batch_ops = 2 if quick else 5
     bufs = Buffers()
-    notes: list[str] = []
+    load_before = os.getloadavg()[0]
+    notes: list[str] = [
+        "single 256 KiB operations are bound by tiermem's per-operation gRPC negotiation "
+        "(Reserve+Commit, Lease, BeginPut/BeginGet: Python gRPC unary calls); batches "
+        "(put_many/get_many) amortise it over 32 blocks",
+        "LMCache's lm:// connector leaves Nagle's algorithm on: its small puts wait for "
+        "delayed ACKs (~40 ms), as they would in production",
+    ]
     unavailable: dict[str, str] = {}
     with ExitStack() as stack:
         peers: list[Peer] = [Memcpy(bufs), TcpSocket(bufs, stack)]
@@ -544,6 +551,7 @@ def run(rounds: int, quick: bool) -> None:
                 "the API allows (tiermem, Mooncake, socket, memcpy), Redis returns bytes"
             ),
             "rounds": rounds,
+            "load_avg_1m": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
             "results": results,
             "unavailable": unavailable,
             "tiermem_path_stats": paths_used,
