@@ -9,7 +9,7 @@ gRPC stays the API; these calls only negotiate where the bytes go:
    (Lease → read in place → Release) objects under leases;
  * bulk TCP channel (any client): BeginPut / BeginGet return a short-lived,
    single-use ticket and the bytes flow over a plain TCP connection to
-   HelloResponse.bulk_address (framing: tiermem/bulkwire.py).
+   HelloResponse.bulk_address (framing: tiermem/dataplane_wire.py).
 Every request is a batch (one lease or ticket for many objects) and is all
 or nothing: a rejected batch leaves nothing reserved, leased or stored.
 """
@@ -110,7 +110,7 @@ class HelloResponse(_message.Message):
     """objects per Reserve/Lease/BeginPut/BeginGet"""
     max_object_bytes: _builtins.int
     bulk_protocol: _builtins.int
-    """version of the TCP framing (tiermem/bulkwire.py)"""
+    """version of the TCP framing (tiermem/dataplane_wire.py)"""
     @_builtins.property
     def arena(self) -> Global___ArenaInfo:
         """Unset when the shared-memory path is off (or the DRAM tier is disabled)."""

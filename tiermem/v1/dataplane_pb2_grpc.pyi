@@ -9,7 +9,7 @@ gRPC stays the API; these calls only negotiate where the bytes go:
    (Lease → read in place → Release) objects under leases;
  * bulk TCP channel (any client): BeginPut / BeginGet return a short-lived,
    single-use ticket and the bytes flow over a plain TCP connection to
-   HelloResponse.bulk_address (framing: tiermem/bulkwire.py).
+   HelloResponse.bulk_address (framing: tiermem/dataplane_wire.py).
 Every request is a batch (one lease or ticket for many objects) and is all
 or nothing: a rejected batch leaves nothing reserved, leased or stored.
 """
