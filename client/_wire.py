@@ -157,7 +157,7 @@ def info(meta: common_pb2.ObjectMeta) -> ObjectInfo:
     )
 
 
-def verify_get(meta: ObjectInfo, data: bytes | bytearray, whole: bool) -> None:
+def verify_get(meta: ObjectInfo, data: bytes | bytearray | memoryview, whole: bool) -> None:
     """Check a whole-object read against the daemon's checksum (needs xxhash)."""
     if not whole or not HAVE_XXHASH:
         return

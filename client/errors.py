@@ -52,6 +52,11 @@ class DeadlineError(TiermemClientError):
     """The call ran past its deadline."""
 
 
+class FailedPreconditionError(TiermemClientError):
+    """The daemon's state does not allow the call (e.g. a lease or ticket already
+    used or expired, a data path switched off)."""
+
+
 _BY_CODE: dict[grpc.StatusCode, type[TiermemClientError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.OUT_OF_RANGE: InvalidArgumentError,
@@ -63,6 +68,7 @@ _BY_CODE: dict[grpc.StatusCode, type[TiermemClientError]] = {
     grpc.StatusCode.DATA_LOSS: ChecksumError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineError,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
 }
 
 
@@ -89,3 +95,9 @@ def from_rpc_error(exc: grpc.RpcError) -> TiermemClientError:
     details = exc.details() if hasattr(exc, "details") else str(exc)
     cls = _BY_CODE.get(code, TiermemClientError)
     return cls(code.name if code else "UNKNOWN", details or "", request_id_of(exc))
+
+
+def error_for(code: str, message: str) -> TiermemClientError:
+    """The typed error for a status named ``code`` (e.g. from a bulk-channel frame)."""
+    status = grpc.StatusCode.__members__.get(code, grpc.StatusCode.UNKNOWN)
+    return _BY_CODE.get(status, TiermemClientError)(code, message)

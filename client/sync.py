@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import builtins
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 
 from tiermem.client import _wire
 from tiermem.client._transport import Transport
+from tiermem.client.fastpath import (
+    DEFAULT_THRESHOLD_BYTES,
+    PATHS,
+    DataPlane,
+    ObjectRef,
+    PutItem,
+    as_bytes,
+)
 from tiermem.client.types import Kind, ObjectInfo, Profile, Stats
 from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
 
@@ -35,9 +43,14 @@ class Client:
         token: str | None = None,
         chunk_bytes: int = _wire.DEFAULT_CHUNK_BYTES,
         verify: bool = True,
+        fast_paths: Sequence[str] = PATHS,
+        fast_threshold_bytes: int = DEFAULT_THRESHOLD_BYTES,
     ) -> None:
         """``verify``: send a checksum with every put (the daemon rejects damaged
-        uploads) and check whole-object gets against the daemon's checksum."""
+        uploads) and check whole-object gets against the daemon's checksum.
+        ``fast_paths``: data paths the client may use for values of at least
+        ``fast_threshold_bytes``, picked in the order shm, bulk, grpc (see
+        ``tiermem.client.fastpath``); ``("grpc",)`` turns the fast paths off."""
         self.address = address
         self.namespace = namespace
         self.chunk_bytes = chunk_bytes
@@ -46,8 +59,17 @@ class Client:
         self._metadata = self.transport.metadata
         self._objects = object_pb2_grpc.ObjectServiceStub(self.transport.channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self.transport.channel)
+        self.dataplane = DataPlane(
+            self.transport,
+            namespace=namespace,
+            verify=verify,
+            chunk_bytes=chunk_bytes,
+            threshold_bytes=fast_threshold_bytes,
+            paths=fast_paths,
+        )
 
     def close(self) -> None:
+        self.dataplane.close()
         self.transport.close()
 
     def __enter__(self) -> Client:
@@ -76,31 +98,21 @@ class Client:
         timeout_s: float | None = None,
     ) -> ObjectInfo:
         """Store bytes-like ``data`` (bytes, bytearray, memoryview, numpy array).
-        ``dtype``/``shape`` mark the value as a tensor (checked against its size)."""
-        view = _wire.as_view(data)
-        header = _wire.put_header(
-            namespace or self.namespace,
+        ``dtype``/``shape`` mark the value as a tensor (checked against its size).
+        Large values take the fastest data path available (``path_stats()``)."""
+        item = PutItem(
             kind,
             key,
-            view,
+            data,
+            namespace=namespace,
             profile=profile,
             session=session,
             dtype=dtype,
             shape=shape,
             memory_format=memory_format,
             if_absent=if_absent,
-            verify=self.verify,
         )
-
-        def call(timeout: float) -> ObjectInfo:
-            reply = self._objects.Put(
-                _wire.put_requests(header, view, self.chunk_bytes),
-                timeout=timeout,
-                metadata=self._metadata,
-            )
-            return _wire.info(reply.meta)
-
-        return self._call(call, timeout_s)
+        return self.dataplane.put_many([item], timeout_s=timeout_s)[0]
 
     def put_array(self, kind: Kind, key: str, array: np.ndarray[Any, Any], **kw: Any) -> ObjectInfo:
         dtype = _wire.NUMPY_DTYPES.get(array.dtype.name)
@@ -123,6 +135,10 @@ class Client:
         length: int = 0,
         timeout_s: float | None = None,
     ) -> tuple[ObjectInfo, bytes]:
+        if offset == 0 and length == 0:
+            ref = ObjectRef(kind, key, namespace)
+            fetched = self.dataplane.get_many([ref], timeout_s=timeout_s)[0]
+            return fetched.info, as_bytes(fetched.data)
         request = object_pb2.GetRequest(
             key=_wire.object_key(namespace or self.namespace, kind, key),
             offset=offset,
@@ -140,6 +156,25 @@ class Client:
         if self.verify:
             _wire.verify_get(meta, data, whole=offset == 0 and length == 0)
         return meta, data
+
+    def get_into(
+        self,
+        kind: Kind,
+        key: str,
+        out: Any,
+        *,
+        namespace: str | None = None,
+        timeout_s: float | None = None,
+    ) -> ObjectInfo:
+        """Read a whole object into the writable buffer ``out`` (at least its size;
+        e.g. a reused numpy array or pinned tensor): no intermediate copy on the
+        fast paths."""
+        ref = ObjectRef(kind, key, namespace)
+        return self.dataplane.get_many([ref], out=[out], timeout_s=timeout_s)[0].info
+
+    def path_stats(self) -> dict[str, dict[str, int]]:
+        """Objects and bytes this client moved per data path (shm, bulk, grpc)."""
+        return self.dataplane.path_stats()
 
     def get(self, kind: Kind, key: str, **kw: Any) -> bytes:
         return self.get_with_info(kind, key, **kw)[1]

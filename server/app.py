@@ -23,10 +23,12 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from tiermem import __version__
 from tiermem.server.api.admin import AdminServicer
+from tiermem.server.api.dataplane import DataPlaneServicer
 from tiermem.server.api.interceptor import ServerInterceptor
 from tiermem.server.api.objects import ObjectServicer
 from tiermem.server.catalog.catalog import Catalog
 from tiermem.server.config import Config
+from tiermem.server.dataplane.plane import DataPlane
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Tier
 from tiermem.server.services.admin import AdminService
@@ -41,13 +43,21 @@ from tiermem.server.tiers.base import MemoryTierEngine
 from tiermem.server.tiers.dram import DramEngine
 from tiermem.server.tiers.hbm import HbmEngine
 from tiermem.server.tiers.ssd import SsdEngine
-from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
+from tiermem.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    dataplane_pb2,
+    dataplane_pb2_grpc,
+    object_pb2,
+    object_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
     object_pb2.DESCRIPTOR.services_by_name["ObjectService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    dataplane_pb2.DESCRIPTOR.services_by_name["DataPlaneService"].full_name,
 )
 
 
@@ -68,6 +78,7 @@ class Daemon:
         self._background: BackgroundWorker | None = None
         self._rocks: RocksStore | None = None
         self._engines: list[Any] = []
+        self.dataplane: DataPlane | None = None
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -107,6 +118,7 @@ class Daemon:
         self.expirer = Expirer(self.store)
         store = self.store
         self.metrics.leases_active.set_function(lambda: store.leases.active)
+        self.dataplane = DataPlane(self.objects, cfg, self.metrics)
         self._start_grpc()
         self._start_metrics()  # before recovery: tiermem_ready is 0 until it is done
         self.recovery = recover(catalog, ssd)
@@ -114,8 +126,13 @@ class Daemon:
         for name in cfg.namespaces:
             catalog.ensure_namespace(name)
         self.metrics.watch_state(self.admin.usage_snapshot)
+        self.dataplane.start()
         self._background = BackgroundWorker(
-            cfg.background, self.mover, self.expirer, self.objects.pressure
+            cfg.background,
+            self.mover,
+            self.expirer,
+            self.objects.pressure,
+            reapers=[("dataplane leases", self.dataplane.reap_expired)],
         )
         self._background.start()
         self._ready.set()
@@ -141,6 +158,10 @@ class Daemon:
             ObjectServicer(self.objects, cfg.chunk_bytes), server
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(self.admin), server)
+        if self.dataplane is not None:
+            dataplane_pb2_grpc.add_DataPlaneServiceServicer_to_server(
+                DataPlaneServicer(self.dataplane), server
+            )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -196,6 +217,8 @@ class Daemon:
         self._health.enter_graceful_shutdown()
         if self._server is not None:
             self._server.stop(grace).wait()
+        if self.dataplane is not None:
+            self.dataplane.stop()
         if self._background is not None:
             self._background.stop()
         if self._metrics_server is not None:

@@ -149,6 +149,53 @@ class BackgroundConfig(_Section):
     """Seconds between checks for segments worth compacting."""
 
 
+class BulkChannelConfig(_Section):
+    enabled: bool = True
+    """Run the bulk TCP channel (clients on other hosts move large values over it)."""
+    host: str = "127.0.0.1"
+    """Address the bulk channel listens on."""
+    port: int = Field(default=0, ge=0, le=65535)
+    """TCP port of the bulk channel; 0 picks a free port (clients learn it from Hello)."""
+    advertise_host: str = ""
+    """Host name clients are told to connect to; "" = ``host``."""
+    ticket_ttl_s: float = Field(default=30.0, gt=0, le=3600)
+    """Seconds a ticket stays valid before its transfer must start."""
+    max_tickets: int = Field(default=4096, ge=1)
+    """Tickets outstanding at once; beyond this BeginPut/BeginGet get RESOURCE_EXHAUSTED."""
+    max_connections: int = Field(default=64, ge=1)
+    """Bulk connections served at once; more are refused."""
+    io_timeout_s: float = Field(default=30.0, gt=0)
+    """A connection that sends or accepts nothing for this long is cut (the transfer fails)."""
+    idle_timeout_s: float = Field(default=120.0, gt=0)
+    """A connection with no transfer for this long is closed (clients reconnect)."""
+    socket_buffer_bytes: ByteSize = ByteSize(4 * MiB)
+    """SO_SNDBUF / SO_RCVBUF of bulk connections (bytes; the kernel may cap it)."""
+
+
+class DataPlaneConfig(_Section):
+    shm_enabled: bool = True
+    """Offer the shared-memory path (clients on this host map the DRAM arena)."""
+    lease_ttl_s: float = Field(default=30.0, gt=0)
+    """Default lifetime of a shared-memory lease (seconds) when the client asks for none."""
+    max_lease_ttl_s: float = Field(default=600.0, gt=0)
+    """Longest lease a client may ask for (seconds)."""
+    max_leases: int = Field(default=65536, ge=1)
+    """Shared-memory leases outstanding at once; beyond this RESOURCE_EXHAUSTED."""
+    max_batch_objects: int = Field(default=1024, ge=1, le=65536)
+    """Objects in one Reserve, Lease, BeginPut or BeginGet request."""
+    max_pending_bytes: ByteSize = ByteSize(1 * GiB)
+    """Bytes held at once by uncommitted reservations, staging copies and tickets."""
+    inline_max_bytes: ByteSize = ByteSize(64 * 1024)
+    """Values up to this size are returned inside Lease/BeginGet replies, not by lease or TCP."""
+    bulk: BulkChannelConfig = BulkChannelConfig()
+
+    @model_validator(mode="after")
+    def _ttls_ordered(self) -> DataPlaneConfig:
+        if self.lease_ttl_s > self.max_lease_ttl_s:
+            raise ValueError("dataplane.lease_ttl_s must not exceed max_lease_ttl_s")
+        return self
+
+
 class Config(BaseSettings):
     """The daemon's whole configuration."""
 
@@ -170,6 +217,7 @@ class Config(BaseSettings):
     logging: LoggingConfig = LoggingConfig()
     background: BackgroundConfig = BackgroundConfig()
     cost: CostConfig = CostConfig()
+    dataplane: DataPlaneConfig = DataPlaneConfig()
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> Config:

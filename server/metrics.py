@@ -65,6 +65,11 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
     "reason": frozenset(
         {"records", "bytes", "key_node", "explicit", "session_close", "timer", "shutdown"}
     ),
+    # data plane
+    "mode": frozenset({"read", "write"}),
+    "how": frozenset({"released", "committed", "aborted", "expired"}),
+    "op": frozenset({"put", "get", "-"}),
+    "result": frozenset({"ok", "refused", "failed", "broken"}),
 }
 
 #: Every label name a tiermem metric may carry, and what bounds its values.
@@ -317,6 +322,34 @@ class Metrics:
             "tiermem_operator_duration_seconds", "Time of one native operator run.",
             ["operator"], buckets=LATENCY_BUCKETS_S, registry=r,
         )  # fmt: skip
+
+        # -- data plane: shared-memory leases and the bulk TCP channel ----------------
+        # (bytes they move are counted in tiermem_data_bytes with path="shm" / "bulk")
+        self.dataplane_leases = Counter(
+            "tiermem_dataplane_leases", "Shared-memory leases granted, by mode (read, write).",
+            ["mode"], registry=r,
+        )  # fmt: skip
+        self.dataplane_lease_ends = Counter(
+            "tiermem_dataplane_lease_ends",
+            "Shared-memory leases ended, by mode and how (released, committed, aborted, expired).",
+            ["mode", "how"], registry=r,
+        )  # fmt: skip
+        self.dataplane_leases_active = Gauge(
+            "tiermem_dataplane_leases_active", "Shared-memory leases outstanding.", registry=r
+        )
+        self.bulk_transfers = Counter(
+            "tiermem_bulk_transfers",
+            "Bulk-channel transfers by op (put, get, - = not started) and result "
+            "(ok, refused, failed, broken).",
+            ["op", "result"], registry=r,
+        )  # fmt: skip
+        self.bulk_tickets_active = Gauge(
+            "tiermem_bulk_tickets_active", "Bulk-channel tickets issued and not yet used.",
+            registry=r,
+        )  # fmt: skip
+        self.bulk_connections = Gauge(
+            "tiermem_bulk_connections", "Bulk-channel connections open.", registry=r
+        )
 
     def count_read(self, kind: str, served_by: str | None, tiers: Sequence[str]) -> None:
         """Count one read: a hit on ``served_by`` and a miss on every tier in

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 
 from tiermem.server.config import BackgroundConfig
 from tiermem.server.services.expiry import Expirer
@@ -19,9 +20,17 @@ log = logging.getLogger(__name__)
 
 class BackgroundWorker:
     def __init__(
-        self, config: BackgroundConfig, mover: Mover, expirer: Expirer, wake: threading.Event
+        self,
+        config: BackgroundConfig,
+        mover: Mover,
+        expirer: Expirer,
+        wake: threading.Event,
+        reapers: Sequence[tuple[str, Callable[[], object]]] = (),
     ) -> None:
+        """``reapers``: extra (name, step) passes run with expiry (e.g. the data
+        plane's expired leases and tickets)."""
         self._config = config
+        self._reapers = tuple(reapers)
         self._mover = mover
         self._expirer = expirer
         self._wake = wake
@@ -43,6 +52,7 @@ class BackgroundWorker:
         """One pass of everything (tests call this to avoid waiting on timers)."""
         metrics = self._mover.store.metrics
         for name, step in (
+            *self._reapers,  # first: what they give back counts for the watermarks
             ("watermarks", self._mover.enforce_watermarks),
             ("expiry", self._expirer.expire_due),
         ):

@@ -32,6 +32,7 @@ from tiermem.server.errors import (
     Corrupted,
     FailedPrecondition,
     InvalidArgument,
+    InvariantViolation,
     NotFound,
     OutOfRange,
 )
@@ -79,6 +80,10 @@ class ObjectRead:
     meta: ObjectMeta
     view: memoryview
     _value: ValueRead
+    tier: Tier = Tier.SSD
+    #: Engine location of the whole value's serving copy when it is in memory
+    #: (DRAM: >= 0 is an arena offset), else -1. Valid until ``release``.
+    location: int = -1
 
     def release(self) -> None:
         self._value.release()
@@ -121,19 +126,44 @@ class ObjectService:
             if spec.if_absent and self.catalog.find(spec.key.encode()) is not None:
                 raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
 
-    def put(self, spec: PutSpec, chunks: Iterable[bytes | memoryview]) -> ObjectMeta:
-        """Store an object from its byte chunks; returns its metadata once committed."""
+    def prepare(self, spec: PutSpec) -> Profile:
+        """Validate an announced put; returns its resolved profile. Raises on bad input."""
         self.validate(spec)
         profile = spec.profile.resolved(spec.key.kind)
-        durable = profile.durability == Durability.DURABLE
-        if durable and not self.store.config.tiers.ssd.enabled:
+        if profile.durability == Durability.DURABLE and not self.store.config.tiers.ssd.enabled:
             raise FailedPrecondition("DURABLE objects need the SSD tier, which is disabled")
-        reservation = self._reserve(spec.size_bytes, profile)
+        return profile
+
+    def put(self, spec: PutSpec, chunks: Iterable[bytes | memoryview]) -> ObjectMeta:
+        """Store an object from its byte chunks; returns its metadata once committed."""
+        profile = self.prepare(spec)
+        reservation = self.reserve(spec.size_bytes, profile)
+        try:
+            checksum = self._receive(spec, chunks, reservation.buffer)
+        except BaseException:
+            self.abort(reservation)
+            raise
+        return self.commit_filled(spec, profile, reservation, checksum)
+
+    def commit_filled(
+        self,
+        spec: PutSpec,
+        profile: Profile,
+        reservation: Reservation,
+        checksum: int,
+        path: str = "grpc",
+    ) -> ObjectMeta:
+        """Make a filled reservation visible exactly like a put: SSD copy when the
+        object is DURABLE or admitted to SSD, engine commit, catalog commit, then
+        (DURABLE) the WAL sync. ``checksum`` is the xxh3-64 of the buffer, already
+        checked against the client's (``check_upload``). Consumes the reservation:
+        on failure its space is returned and nothing stored changes. ``path``
+        labels the bytes metric (grpc, shm, bulk)."""
+        durable = profile.durability == Durability.DURABLE
         ssd_copy: SsdCopy | None = None
         location: int | None = None
         encoded = spec.key.encode()
         try:
-            checksum = self._receive(spec, chunks, reservation.buffer)
             if reservation.tier == Tier.SSD or durable:
                 ssd_copy = self._write_ssd(encoded, reservation.buffer, checksum, durable)
             if reservation.tier in self.store.memory:
@@ -142,19 +172,35 @@ class ObjectService:
         except BaseException:
             if location is not None:
                 self.store.memory[reservation.tier].free(location, reservation.size)
-            elif reservation.tier in self.store.memory:
-                self.store.memory[reservation.tier].abort(reservation)
+            else:
+                self.abort(reservation)
             if ssd_copy is not None:
                 self.store.ssd.discard(encoded, ssd_copy)
             raise
         if durable and self.store.config.tiers.ssd.fsync:
             self.store.catalog.rocks.flush()  # group commit: syncs the WAL up to our batch
-        self.store.metrics.data_bytes.labels("grpc", "in").inc(spec.size_bytes)
+        self.store.metrics.data_bytes.labels(path, "in").inc(spec.size_bytes)
         return meta
 
-    def _reserve(self, size: int, profile: Profile) -> Reservation:
+    def abort(self, reservation: Reservation) -> None:
+        """Return an unused reservation's space."""
+        if reservation.tier in self.store.memory:
+            self.store.memory[reservation.tier].abort(reservation)
+
+    def first_tier(self, size: int, profile: Profile) -> Tier | None:
+        """The tier admission would try first for a new value (None: no tier can hold it)."""
+        order = admission_order(
+            size, int(profile.hint), profile.preferred_tier, self.store.tier_states()
+        )
+        return Tier(order[0]) if order else None
+
+    def reserve(self, size: int, profile: Profile, only: Tier | None = None) -> Reservation:
+        """Space for a new value in the admitted tier (or in ``only``), making room
+        by demotion when a memory tier is full. Raises CapacityExceeded."""
         states = self.store.tier_states()
         order = admission_order(size, int(profile.hint), profile.preferred_tier, states)
+        if only is not None:
+            order = [int(only)] if int(only) in states and states[int(only)].enabled else []
         for tier_value in order:
             tier = Tier(tier_value)
             if tier == Tier.SSD:
@@ -204,16 +250,30 @@ class ObjectService:
         if pos != size:
             raise InvalidArgument(f"chunk stream ended after {pos} of {size} announced bytes")
         checksum = hasher.intdigest()
-        if spec.checksum is not None:
-            algorithm, expected = spec.checksum
-            actual = crc if algorithm == CHECKSUM_CRC32 else checksum
-            if actual != expected:
-                self.store.metrics.checksum_failures.labels("upload").inc()
-                raise Corrupted(
-                    f"checksum mismatch on upload of {spec.key}: client sent {expected:x}, "
-                    f"received bytes hash to {actual:x}; nothing was stored"
-                )
+        self.check_upload(spec, checksum, crc)
         return checksum
+
+    @staticmethod
+    def upload_crc(spec: PutSpec) -> bool:
+        """Whether the client announced a CRC-32 (the receiver must compute one)."""
+        return spec.checksum is not None and spec.checksum[0] == CHECKSUM_CRC32
+
+    def check_upload(self, spec: PutSpec, xxh3: int, crc32: int | None = None) -> None:
+        """Raise Corrupted (DATA_LOSS) unless the received bytes match the checksum
+        the client announced. ``crc32`` (of the same bytes) must be given when the
+        client announced a CRC-32; ``upload_crc`` tells whether it did."""
+        if spec.checksum is None:
+            return
+        algorithm, expected = spec.checksum
+        actual = crc32 if algorithm == CHECKSUM_CRC32 else xxh3
+        if actual is None:
+            raise InvariantViolation("a CRC-32 upload was checked without its CRC")
+        if actual != expected:
+            self.store.metrics.checksum_failures.labels("upload").inc()
+            raise Corrupted(
+                f"checksum mismatch on upload of {spec.key}: client sent {expected:x}, "
+                f"received bytes hash to {actual:x}; nothing was stored"
+            )
 
     def _write_ssd(self, encoded: bytes, data: memoryview, checksum: int, durable: bool) -> SsdCopy:
         ssd = self.store.ssd
@@ -304,7 +364,8 @@ class ObjectService:
             raise OutOfRange(
                 f"range [{offset}, {end}) is outside object {key} of {meta.size_bytes} bytes"
             )
-        return ObjectRead(meta, value.view[offset:end], value)
+        location = entry.loc if entry.tier in self.store.memory else -1
+        return ObjectRead(meta, value.view[offset:end], value, entry.tier, location)
 
     def get_bytes(self, key: ObjectKey) -> tuple[ObjectMeta, bytes]:
         reader = self.read(key)

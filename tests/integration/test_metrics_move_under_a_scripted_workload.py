@@ -13,7 +13,7 @@ import pytest
 
 from tiermem.client import Client, Durability, Kind, Profile
 from tiermem.client.errors import NotFoundError
-from tiermem.server.app import Daemon
+from tiermem.server.app import SERVICE_NAMES, Daemon
 from tiermem.server.metrics import FIXED_LABEL_VALUES, OTHER_NAMESPACES
 from tiermem.server.services.cost import GiB
 from tiermem.v1 import common_pb2, object_pb2, object_pb2_grpc
@@ -41,7 +41,7 @@ def test_counts_bytes_hit_ratios_usage_and_cost_follow_the_workload(
         tiers={"dram": {"capacity_bytes": 1 * MiB}},
     )
     m = _value(daemon)
-    with Client(daemon.address) as c:
+    with Client(daemon.address, fast_paths=()) as c:  # counts gRPC RPCs
         for i in range(5):
             c.put(Kind.BLOB, f"blob-{i}", bytes([i]) * BLOB)  # COLD: served from SSD
         for i in range(3):
@@ -89,7 +89,7 @@ def test_counts_bytes_hit_ratios_usage_and_cost_follow_the_workload(
     assert cost == pytest.approx(5 * BLOB / GiB * price)
 
     # Filling the 1 MiB DRAM tier demotes least recently used KV blocks to SSD.
-    with Client(daemon.address) as c:
+    with Client(daemon.address, fast_paths=()) as c:  # counts gRPC RPCs
         for i in range(6):
             c.put(Kind.KV_BLOCK, f"big-{i}", b"k" * BIG_KV)
     daemon.maintain()
@@ -111,7 +111,8 @@ def test_counts_bytes_hit_ratios_usage_and_cost_follow_the_workload(
                 elif label == "namespace":
                     assert value in allowed_ns, (family.name, value)
                 elif label == "method":
-                    assert value.split("/")[0] in {"ObjectService", "AdminService", "Health"}
+                    services = {name.rsplit(".", 1)[-1] for name in SERVICE_NAMES}
+                    assert value.split("/")[0] in services | {"Health"}
 
 
 def test_evictions_expirations_and_recovery_are_counted(
@@ -120,7 +121,7 @@ def test_evictions_expirations_and_recovery_are_counted(
     cache_only = make_daemon(
         "cache", tiers={"dram": {"capacity_bytes": 1 * MiB}, "ssd": {"enabled": False}}
     )
-    with Client(cache_only.address) as c:
+    with Client(cache_only.address, fast_paths=()) as c:  # counts gRPC RPCs
         for i in range(6):
             c.put(Kind.KV_BLOCK, f"kv-{i}", b"k" * BIG_KV)
     m = _value(cache_only)
@@ -130,7 +131,7 @@ def test_evictions_expirations_and_recovery_are_counted(
     assert m("tiermem_objects", tier="DRAM", kind="KV_BLOCK", namespace="default") == 6 - evicted
 
     daemon = make_daemon("d")
-    with Client(daemon.address) as c:
+    with Client(daemon.address, fast_paths=()) as c:  # counts gRPC RPCs
         c.put(Kind.SCRATCH, "short-lived", b"x", profile=Profile(ttl_s=60))
         c.put(Kind.BLOB, "kept", b"y" * 1000)
         c.put(Kind.KV_BLOCK, "volatile", b"z" * KV, profile=Profile(durability=Durability.CACHE))
@@ -148,7 +149,7 @@ def test_evictions_expirations_and_recovery_are_counted(
 
 def test_a_streaming_read_holds_a_lease_until_it_ends(daemon: Daemon) -> None:
     size = 24 * MiB  # far beyond gRPC's flow-control window: the stream stays open
-    with Client(daemon.address) as c:
+    with Client(daemon.address, fast_paths=()) as c:  # counts gRPC RPCs
         c.put(Kind.KV_BLOCK, "big", b"v" * size)
     m = _value(daemon)
     assert m("tiermem_leases_active") == 0

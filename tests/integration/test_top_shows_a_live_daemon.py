@@ -17,7 +17,7 @@ def test_top_prints_frames_with_tiers_kinds_and_rpcs(
     make_daemon: Callable[..., Daemon], capsys: pytest.CaptureFixture[str]
 ) -> None:
     daemon = make_daemon(metrics={"listen": "127.0.0.1:0"})
-    with Client(daemon.address) as c:
+    with Client(daemon.address, fast_paths=()) as c:  # counts gRPC RPCs
         c.put(Kind.BLOB, "b", b"x" * 100_000)
         c.put(Kind.KV_BLOCK, "k", b"y" * 65536)
         for _ in range(3):

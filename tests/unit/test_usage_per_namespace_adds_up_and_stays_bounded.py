@@ -19,7 +19,7 @@ def test_usage_per_namespace_adds_up_to_usage_and_caps_namespaces(tmp_path: Path
     try:
         catalog = Catalog(rocks)
         keys = [f"k{i}".encode() for i in range(5000)]
-        rows = catalog.index.insert_many(keys)
+        rows = np.array([catalog.index.insert(k) for k in keys], dtype=np.int64)
         rng = np.random.default_rng(7)
         c = catalog.index.cols
         c["tier"][rows] = rng.integers(int(Tier.HBM), int(Tier.SSD) + 1, len(rows))

@@ -1,0 +1,149 @@
+"""The client's side of the bulk TCP channel: a small pool of connections per
+daemon address, and the two transfers (put: ``sendall`` from the callers'
+buffers; get: ``recv_into`` the callers' buffers). Framing in
+``tiermem.dataplane_wire``.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Sequence
+
+from tiermem.client.errors import error_for
+from tiermem.dataplane_wire import LENGTH, MAX_STATUS_BYTES, preamble
+from tiermem.v1 import dataplane_pb2
+
+#: Pooled connections idle longer than this are dropped (the daemon closes its
+#: end after dataplane.bulk.idle_timeout_s, 120 s by default).
+MAX_IDLE_S = 60.0
+
+
+class BulkBroken(Exception):
+    """The connection failed or ended mid-transfer (the daemon stores nothing of a
+    broken put). Safe to retry the whole operation by another path."""
+
+
+class BulkPool:
+    def __init__(
+        self,
+        credential: bytes,
+        io_timeout_s: float = 30.0,
+        socket_buffer_bytes: int = 4 << 20,
+        max_idle: int = 8,
+    ) -> None:
+        self._credential = credential
+        self._timeout = io_timeout_s
+        self._buffer = socket_buffer_bytes
+        self._max_idle = max_idle
+        self._lock = threading.Lock()
+        self._idle: dict[str, list[tuple[socket.socket, float]]] = {}
+
+    def _connect(self, address: str) -> socket.socket:
+        host, _, port = address.rpartition(":")
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=self._timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._buffer)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._buffer)
+        return sock
+
+    def _take(self, address: str) -> tuple[socket.socket, bool]:
+        """A connection and whether it was reused from the pool."""
+        now = time.monotonic()
+        with self._lock:
+            idle = self._idle.get(address, [])
+            while idle:
+                sock, since = idle.pop()
+                if now - since < MAX_IDLE_S:
+                    return sock, True
+                sock.close()
+        return self._connect(address), False
+
+    def _give_back(self, address: str, sock: socket.socket) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(address, [])
+            if len(idle) < self._max_idle:
+                idle.append((sock, time.monotonic()))
+                return
+        sock.close()
+
+    def close(self) -> None:
+        with self._lock:
+            socks = [s for idle in self._idle.values() for s, _ in idle]
+            self._idle.clear()
+        for sock in socks:
+            sock.close()
+
+    def _start(self, address: str, ticket_id: bytes) -> socket.socket:
+        """Open (or reuse) a connection and present the ticket; returns once the
+        daemon said go. A stale pooled connection is replaced once."""
+        for _attempt in range(2):
+            sock, reused = self._take(address)
+            try:
+                sock.sendall(preamble(ticket_id, self._credential))
+                status = _read_status(sock)
+            except (OSError, BulkBroken) as exc:
+                sock.close()
+                if reused:
+                    continue
+                raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
+            if status.code != "OK":
+                self._give_back(address, sock)
+                raise error_for(status.code, status.message)
+            return sock
+        raise BulkBroken(f"bulk connection to {address} failed twice")
+
+    def put(
+        self, address: str, ticket_id: bytes, views: Sequence[memoryview]
+    ) -> dataplane_pb2.TransferStatus:
+        """Send the objects' bytes in ticket order; returns the daemon's final status
+        (its ``metas`` are the committed objects). Raises the daemon's error, or
+        BulkBroken if the connection failed (then nothing was stored)."""
+        sock = self._start(address, ticket_id)
+        try:
+            for view in views:
+                if len(view):
+                    sock.sendall(view)
+            status = _read_status(sock)
+        except (OSError, BulkBroken) as exc:
+            sock.close()
+            raise BulkBroken(f"bulk put to {address} broke: {exc}") from None
+        self._give_back(address, sock)
+        if status.code != "OK":
+            raise error_for(status.code, status.message)
+        return status
+
+    def get(self, address: str, ticket_id: bytes, outs: Sequence[memoryview]) -> None:
+        """Receive the streamed objects' bytes into ``outs`` (exact sizes, ticket order)."""
+        sock = self._start(address, ticket_id)
+        try:
+            for out in outs:
+                _recv_exact(sock, out)
+        except (OSError, BulkBroken) as exc:
+            sock.close()
+            raise BulkBroken(f"bulk get from {address} broke: {exc}") from None
+        self._give_back(address, sock)
+
+
+def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+    size = len(view)
+    got = 0
+    while got < size:
+        n = sock.recv_into(view[got:] if got else view, size - got)
+        if n == 0:
+            raise BulkBroken(f"connection closed after {got} of {size} bytes")
+        got += n
+
+
+def _read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
+    head = bytearray(LENGTH.size)
+    _recv_exact(sock, memoryview(head))
+    (length,) = LENGTH.unpack(head)
+    if length > MAX_STATUS_BYTES:
+        raise BulkBroken(f"status frame of {length} bytes exceeds {MAX_STATUS_BYTES}")
+    body = bytearray(length)
+    _recv_exact(sock, memoryview(body))
+    msg = dataplane_pb2.TransferStatus()
+    msg.ParseFromString(bytes(body))
+    return msg

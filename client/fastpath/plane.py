@@ -1,0 +1,705 @@
+"""Path selection and batching for object bytes: shared memory, bulk TCP, gRPC.
+
+``DataPlane`` is what ``Client.put`` / ``Client.get`` call underneath, and the
+buffer-level interface other sub-clients (e.g. the KV client) use directly:
+``put_many(items)`` and ``get_many(refs, out=...)`` move a batch of objects
+with one negotiation, ``lease_many(refs)`` reads in place without copying.
+
+Choosing a path (once per client, after a ``Hello`` to the daemon):
+
+1. ``shm`` — the daemon reports this host's id, and the arena file it names
+   opens here and is that very file (device, inode, size): the client maps it
+   once and copies bytes in and out of it under leases;
+2. ``bulk`` — the daemon runs the bulk channel: bytes go over a plain TCP
+   connection after a gRPC ticket;
+3. ``grpc`` — the ObjectService streams (always available).
+
+Values smaller than ``threshold_bytes`` always use gRPC (on a get the size is
+unknown beforehand, so small values come back inline in the fast path's
+reply). A path that cannot serve a request (switched off, arena full, too many
+leases, connection broken) hands it to the next one; errors about the request
+itself (bad key, missing object, checksum mismatch) are raised as they are.
+
+Verification: with ``verify``, bulk and gRPC puts carry an xxh3-64/CRC-32 of
+the value and gets are checked against the daemon's checksum. Shared-memory
+transfers are not hashed by the client: nothing crosses a wire, and the daemon
+hashes every committed arena extent itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+import numpy as np
+
+from tiermem.client import _wire
+from tiermem.client._transport import Transport
+from tiermem.client.errors import (
+    CapacityError,
+    FailedPreconditionError,
+    TiermemClientError,
+    UnavailableError,
+)
+from tiermem.client.fastpath.bulk import BulkBroken, BulkPool
+from tiermem.client.fastpath.shm import Arena, ArenaMismatch
+from tiermem.client.types import Kind, ObjectInfo, Profile
+from tiermem.dataplane_wire import VERSION, host_id
+from tiermem.v1 import dataplane_pb2, dataplane_pb2_grpc, object_pb2, object_pb2_grpc
+
+T = TypeVar("T")
+
+PATHS = ("shm", "bulk", "grpc")
+DEFAULT_THRESHOLD_BYTES = 64 << 10
+#: Writes into a leased region stop this long before the lease's TTL runs out
+#: (checked before every chunk), and reads finished later are discarded.
+LEASE_MARGIN_S = 1.0
+#: Copies into the arena are cut into chunks so the deadline is checked often.
+COPY_CHUNK_BYTES = 16 << 20
+#: A bulk channel that broke is not tried again for this long.
+BULK_COOLDOWN_S = 30.0
+
+Buffer = Any  # bytes-like or numpy array
+
+
+@dataclass(frozen=True, slots=True)
+class PutItem:
+    """One object to store. ``data``: bytes-like or a C-contiguous numpy array."""
+
+    kind: Kind
+    key: str
+    data: Buffer
+    namespace: str | None = None
+    profile: Profile | None = None
+    session: str = ""
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+    memory_format: str = ""
+    if_absent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    kind: Kind
+    key: str
+    namespace: str | None = None
+
+
+@dataclass(slots=True)
+class Fetched:
+    """A value read: its metadata, its bytes and the path that carried them.
+    ``data`` is a view of the caller's ``out`` buffer when one was given."""
+
+    info: ObjectInfo
+    data: memoryview
+    path: str
+
+
+@dataclass(slots=True)
+class _Counter:
+    puts: int = 0
+    gets: int = 0
+    put_bytes: int = 0
+    get_bytes: int = 0
+
+
+class _Fallback(Exception):
+    """This path cannot serve the request; try the next one."""
+
+
+@dataclass(slots=True)
+class _Offer:
+    """What the daemon offered in Hello, as this client can use it."""
+
+    hello: dataplane_pb2.HelloResponse | None
+    arena: Arena | None = None
+    bulk_address: str = ""
+    paths: list[str] = field(default_factory=lambda: ["grpc"])
+
+
+class DataPlane:
+    """Fast paths of one client. Thread-safe."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        namespace: str,
+        verify: bool = True,
+        chunk_bytes: int = _wire.DEFAULT_CHUNK_BYTES,
+        threshold_bytes: int = DEFAULT_THRESHOLD_BYTES,
+        paths: Sequence[str] = PATHS,
+        lease_ttl_ms: int = 0,
+        populate: bool = True,
+    ) -> None:
+        """``paths``: the paths this client may use, in order of preference (gRPC is
+        always the last resort). ``lease_ttl_ms``: asked for shared-memory leases
+        (0 = the daemon's default). ``populate``: pre-fault the arena mapping."""
+        unknown = set(paths) - set(PATHS)
+        if unknown:
+            raise ValueError(f"unknown data paths {sorted(unknown)}; known: {PATHS}")
+        self._transport = transport
+        self._namespace = namespace
+        self.verify = verify
+        self.chunk_bytes = chunk_bytes
+        self.threshold_bytes = threshold_bytes
+        self._allowed = [p for p in PATHS if p in paths]
+        self._lease_ttl_ms = lease_ttl_ms
+        self._populate = populate
+        self._dp = dataplane_pb2_grpc.DataPlaneServiceStub(transport.channel)
+        self._objects = object_pb2_grpc.ObjectServiceStub(transport.channel)
+        token = dict(transport.metadata).get("authorization", "")
+        self._bulk = BulkPool(token.encode())
+        self._lock = threading.Lock()
+        self._offer: _Offer | None = None
+        self._bulk_down_until = 0.0
+        self._stats = {p: _Counter() for p in PATHS}
+        self._releasing: list[grpc.Future[Any]] = []  # Release calls not yet answered
+
+    # -- what the daemon offers ---------------------------------------------------------
+    def _call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
+        return self._transport.call(fn, timeout_s)
+
+    def offer(self, timeout_s: float | None = None) -> _Offer:
+        with self._lock:
+            if self._offer is not None:
+                return self._offer
+        offer = self._negotiate(timeout_s)
+        with self._lock:
+            if self._offer is None:
+                self._offer = offer
+            elif offer.arena is not None:
+                offer.arena.close()
+            return self._offer
+
+    def _negotiate(self, timeout_s: float | None) -> _Offer:
+        if self._allowed == ["grpc"]:
+            return _Offer(None)
+        try:
+            hello = self._call(
+                lambda t: self._dp.Hello(
+                    dataplane_pb2.HelloRequest(), timeout=t, metadata=self._transport.metadata
+                ),
+                timeout_s,
+            )
+        except UnavailableError:
+            raise
+        except TiermemClientError:
+            return _Offer(None)  # e.g. UNIMPLEMENTED: a daemon without the data plane
+        offer = _Offer(hello, paths=[])
+        if "shm" in self._allowed and hello.HasField("arena") and hello.host_id == host_id():
+            try:
+                offer.arena = Arena(hello.arena, populate=self._populate)
+                offer.paths.append("shm")
+            except ArenaMismatch:
+                pass
+        if "bulk" in self._allowed and hello.bulk_address and hello.bulk_protocol == VERSION:
+            offer.bulk_address = self._reachable(hello.bulk_address)
+            offer.paths.append("bulk")
+        offer.paths.append("grpc")
+        return offer
+
+    def _reachable(self, address: str) -> str:
+        """The bulk address to dial: a wildcard host is replaced by the daemon's gRPC host."""
+        host, _, port = address.rpartition(":")
+        if host.strip("[]") in ("", "0.0.0.0", "::"):
+            host = self._transport.address.rpartition(":")[0]
+        return f"{host}:{port}"
+
+    def _reset(self, offer: _Offer) -> None:
+        """Forget a stale offer (e.g. the daemon restarted with a new arena)."""
+        with self._lock:
+            if self._offer is offer:
+                self._offer = None
+        if offer.arena is not None:
+            offer.arena.close()
+
+    def paths(self) -> list[str]:
+        """The paths this client would use for a large value, best first."""
+        offer = self.offer()
+        return [p for p in offer.paths if p != "bulk" or self._bulk_usable()]
+
+    def _bulk_usable(self) -> bool:
+        return time.monotonic() >= self._bulk_down_until
+
+    def path_stats(self) -> dict[str, dict[str, int]]:
+        """Objects and bytes moved per path (shm, bulk, grpc) by this client."""
+        with self._lock:
+            return {
+                p: {
+                    "puts": c.puts,
+                    "gets": c.gets,
+                    "put_bytes": c.put_bytes,
+                    "get_bytes": c.get_bytes,
+                }
+                for p, c in self._stats.items()
+            }
+
+    def _count(self, path: str, puts: int = 0, gets: int = 0, nbytes: int = 0) -> None:
+        with self._lock:
+            c = self._stats[path]
+            c.puts += puts
+            c.gets += gets
+            if puts:
+                c.put_bytes += nbytes
+            else:
+                c.get_bytes += nbytes
+
+    def close(self) -> None:
+        with self._lock:
+            releasing, self._releasing = self._releasing, []
+        for future in releasing:
+            with contextlib.suppress(grpc.RpcError, grpc.FutureTimeoutError):
+                future.result(timeout=5)
+        self._bulk.close()
+        with self._lock:
+            offer, self._offer = self._offer, None
+        if offer is not None and offer.arena is not None:
+            offer.arena.close()
+
+    # -- put ------------------------------------------------------------------------------
+    def put_many(
+        self,
+        items: Sequence[PutItem],
+        *,
+        path: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[ObjectInfo]:
+        """Store objects; values of ``threshold_bytes`` and more go by the fastest
+        path (one negotiation per batch), smaller ones by gRPC. ``path`` forces a
+        path (it must be available). Returns their metadata in order."""
+        views = [_wire.as_view(item.data) for item in items]
+        out: list[ObjectInfo | None] = [None] * len(items)
+        large = [i for i, v in enumerate(views) if len(v) >= self.threshold_bytes]
+        small = [i for i, v in enumerate(views) if len(v) < self.threshold_bytes]
+        if path is not None:
+            large, small = list(range(len(items))), []
+        for i in small:
+            out[i] = self._put_grpc(items[i], views[i], timeout_s)
+        if large:
+            for start, infos in self._batched(
+                large,
+                lambda idx: self._put_fast(
+                    [items[i] for i in idx], [views[i] for i in idx], path, timeout_s
+                ),
+            ):
+                for j, info in enumerate(infos):
+                    out[large[start + j]] = info
+        return [info for info in out if info is not None]
+
+    def _batched(
+        self, indices: list[int], run: Callable[[list[int]], list[T]]
+    ) -> Iterator[tuple[int, list[T]]]:
+        offer = self.offer()
+        limit = offer.hello.max_batch_objects if offer.hello is not None else 0
+        limit = limit or len(indices)
+        for start in range(0, len(indices), limit):
+            yield start, run(indices[start : start + limit])
+
+    def _candidates(
+        self, path: str | None, size_ok: Callable[[str, _Offer], bool]
+    ) -> tuple[_Offer, list[str]]:
+        offer = self.offer()
+        if path is not None:
+            if path not in offer.paths:
+                raise FailedPreconditionError(
+                    "FAILED_PRECONDITION",
+                    f"data path {path!r} is not available (have {offer.paths})",
+                )
+            return offer, [path]
+        return offer, [
+            p for p in offer.paths if size_ok(p, offer) and (p != "bulk" or self._bulk_usable())
+        ]
+
+    def _put_fast(
+        self,
+        items: list[PutItem],
+        views: list[memoryview],
+        path: str | None,
+        timeout_s: float | None,
+    ) -> list[ObjectInfo]:
+        def fits(p: str, offer: _Offer) -> bool:
+            if p != "shm" or offer.arena is None or offer.hello is None:
+                return True
+            low = offer.hello.arena_min_bytes
+            return all(low <= len(v) <= offer.arena.size_bytes for v in views)
+
+        offer, candidates = self._candidates(path, fits)
+        return self._first_that_serves(
+            path,
+            candidates,
+            {
+                "shm": lambda: self._put_shm(offer, items, views, timeout_s),
+                "bulk": lambda: self._put_bulk(offer, items, views, timeout_s),
+            },
+            lambda: [
+                self._put_grpc(item, view, timeout_s)
+                for item, view in zip(items, views, strict=True)
+            ],
+        )
+
+    @staticmethod
+    def _first_that_serves(
+        forced: str | None,
+        candidates: list[str],
+        fast: dict[str, Callable[[], list[T]]],
+        grpc_path: Callable[[], list[T]],
+    ) -> list[T]:
+        """Try the fast paths in order; gRPC serves what none of them could.
+        A forced path that cannot serve is an error, not a fallback."""
+        for p in candidates:
+            attempt = fast.get(p)
+            if attempt is None:
+                continue
+            try:
+                return attempt()
+            except _Fallback:
+                if forced is not None:
+                    raise FailedPreconditionError(
+                        "FAILED_PRECONDITION", f"data path {forced!r} could not serve the request"
+                    ) from None
+        return grpc_path()
+
+    def _header(self, item: PutItem, view: memoryview, verify: bool) -> object_pb2.PutHeader:
+        return _wire.put_header(
+            item.namespace or self._namespace,
+            item.kind,
+            item.key,
+            view,
+            profile=item.profile,
+            session=item.session,
+            dtype=item.dtype,
+            shape=item.shape,
+            memory_format=item.memory_format,
+            if_absent=item.if_absent,
+            verify=verify,
+        )
+
+    def _put_grpc(self, item: PutItem, view: memoryview, timeout_s: float | None) -> ObjectInfo:
+        header = self._header(item, view, self.verify)
+
+        def call(timeout: float) -> ObjectInfo:
+            reply = self._objects.Put(
+                _wire.put_requests(header, view, self.chunk_bytes),
+                timeout=timeout,
+                metadata=self._transport.metadata,
+            )
+            return _wire.info(reply.meta)
+
+        info = self._call(call, timeout_s)
+        self._count("grpc", puts=1, nbytes=len(view))
+        return info
+
+    def _put_shm(
+        self, offer: _Offer, items: list[PutItem], views: list[memoryview], timeout_s: float | None
+    ) -> list[ObjectInfo]:
+        arena = offer.arena
+        if arena is None:
+            raise _Fallback()
+        request = dataplane_pb2.ReserveRequest(
+            objects=[
+                self._header(item, view, False) for item, view in zip(items, views, strict=True)
+            ],
+            ttl_ms=self._lease_ttl_ms,
+        )
+        started = time.monotonic()
+        reply = self._negotiate_call(
+            lambda t: self._dp.Reserve(request, timeout=t, metadata=self._transport.metadata),
+            timeout_s,
+        )
+        lease_ids = [lease.lease_id for lease in reply.leases]
+        if reply.arena_id != arena.arena_id:
+            self._release_quietly(lease_ids, timeout_s)
+            self._reset(offer)
+            raise _Fallback()
+        deadline = started + reply.ttl_ms / 1000.0 - min(LEASE_MARGIN_S, reply.ttl_ms / 4000.0)
+        try:
+            for lease, view in zip(reply.leases, views, strict=True):
+                _copy_in(arena.region(lease.offset, lease.length), view, deadline)
+        except BaseException:
+            self._release_quietly(lease_ids, timeout_s)
+            raise
+        commit = dataplane_pb2.CommitRequest(
+            items=[dataplane_pb2.CommitItem(lease_id=x) for x in lease_ids]
+        )
+        try:
+            done = self._call(
+                lambda t: self._dp.Commit(commit, timeout=t, metadata=self._transport.metadata),
+                timeout_s,
+            )
+        except FailedPreconditionError:
+            raise _Fallback() from None  # the leases expired under a very slow writer
+        self._count("shm", puts=len(views), nbytes=sum(len(v) for v in views))
+        return [_wire.info(m) for m in done.metas]
+
+    def _put_bulk(
+        self, offer: _Offer, items: list[PutItem], views: list[memoryview], timeout_s: float | None
+    ) -> list[ObjectInfo]:
+        request = dataplane_pb2.BeginPutRequest(
+            objects=[
+                self._header(item, view, self.verify)
+                for item, view in zip(items, views, strict=True)
+            ]
+        )
+        ticket = self._negotiate_call(
+            lambda t: self._dp.BeginPut(request, timeout=t, metadata=self._transport.metadata),
+            timeout_s,
+        )
+        try:
+            status = self._bulk.put(
+                self._reachable(ticket.address or offer.bulk_address), ticket.ticket_id, views
+            )
+        except BulkBroken:
+            self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+            raise _Fallback() from None
+        self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
+        return [_wire.info(m) for m in status.metas]
+
+    def _negotiate_call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
+        """A path's first call: 'not now / not here' answers mean: try the next path."""
+        try:
+            return self._call(fn, timeout_s)
+        except (FailedPreconditionError, CapacityError) as exc:
+            raise _Fallback() from exc
+        except TiermemClientError as exc:
+            if exc.code == grpc.StatusCode.UNIMPLEMENTED.name:
+                raise _Fallback() from exc
+            raise
+
+    def _release_quietly(self, lease_ids: Sequence[int], timeout_s: float | None) -> None:
+        if not lease_ids:
+            return
+        with contextlib.suppress(TiermemClientError):  # else they expire on their own
+            self._call(
+                lambda t: self._dp.Release(
+                    dataplane_pb2.ReleaseRequest(lease_ids=list(lease_ids)),
+                    timeout=t,
+                    metadata=self._transport.metadata,
+                ),
+                timeout_s,
+            )
+
+    def _release_soon(self, lease_ids: Sequence[int]) -> None:
+        """Release read leases without waiting for the answer: the copy is done, so
+        the caller need not pay a round trip. A lost release only means the lease
+        runs to its TTL."""
+        if not lease_ids:
+            return
+        request = dataplane_pb2.ReleaseRequest(lease_ids=list(lease_ids))
+        future = self._dp.Release.future(
+            request, timeout=self._transport.timeout_s, metadata=self._transport.metadata
+        )
+        with self._lock:
+            self._releasing = [f for f in self._releasing if not f.done()]
+            self._releasing.append(future)
+
+    # -- get ------------------------------------------------------------------------------
+    def get_many(
+        self,
+        refs: Sequence[ObjectRef],
+        *,
+        out: Sequence[Buffer] | None = None,
+        path: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[Fetched]:
+        """Read whole objects by the fastest path, one negotiation per batch.
+
+        ``out``: one writable buffer per object, at least as large as the value
+        (its first ``size_bytes`` are filled; ``Fetched.data`` views them);
+        without it each value gets a new buffer. Raises NotFoundError naming the
+        first missing object."""
+        if out is not None and len(out) != len(refs):
+            raise ValueError(f"{len(refs)} objects but {len(out)} output buffers")
+        outs = [_wire.as_view(o) for o in out] if out is not None else None
+        results: list[Fetched] = []
+        for _start, fetched in self._batched(
+            list(range(len(refs))),
+            lambda idx: self._get_fast(
+                [refs[i] for i in idx],
+                [outs[i] for i in idx] if outs is not None else None,
+                path,
+                timeout_s,
+            ),
+        ):
+            results.extend(fetched)
+        return results
+
+    def _get_fast(
+        self,
+        refs: list[ObjectRef],
+        outs: list[memoryview] | None,
+        path: str | None,
+        timeout_s: float | None,
+    ) -> list[Fetched]:
+        offer, candidates = self._candidates(path, lambda p, o: True)
+        return self._first_that_serves(
+            path,
+            candidates,
+            {
+                "shm": lambda: self._get_shm(offer, refs, outs, timeout_s),
+                "bulk": lambda: self._get_bulk(offer, refs, outs, timeout_s),
+            },
+            lambda: [
+                self._get_grpc(ref, outs[i] if outs is not None else None, timeout_s)
+                for i, ref in enumerate(refs)
+            ],
+        )
+
+    def _keys(self, refs: Sequence[ObjectRef]) -> list[Any]:
+        return [_wire.object_key(r.namespace or self._namespace, r.kind, r.key) for r in refs]
+
+    def _get_shm(
+        self,
+        offer: _Offer,
+        refs: list[ObjectRef],
+        outs: list[memoryview] | None,
+        timeout_s: float | None,
+    ) -> list[Fetched]:
+        arena = offer.arena
+        if arena is None:
+            raise _Fallback()
+        request = dataplane_pb2.LeaseRequest(
+            keys=self._keys(refs), ttl_ms=self._lease_ttl_ms, inline_max_bytes=self.threshold_bytes
+        )
+        started = time.monotonic()
+        reply = self._negotiate_call(
+            lambda t: self._dp.Lease(request, timeout=t, metadata=self._transport.metadata),
+            timeout_s,
+        )
+        lease_ids = [x.lease_id for x in reply.leases if not x.inline]
+        if lease_ids and reply.arena_id != arena.arena_id:
+            self._release_quietly(lease_ids, timeout_s)
+            self._reset(offer)
+            raise _Fallback()
+        try:
+            results = []
+            for i, lease in enumerate(reply.leases):
+                info = _wire.info(lease.meta)
+                src = (
+                    memoryview(lease.inline_data)
+                    if lease.inline
+                    else arena.region(lease.offset, lease.length).data
+                )
+                data = _copy_out(src, outs[i] if outs is not None else None)
+                results.append(Fetched(info, data, "grpc" if lease.inline else "shm"))
+            late = time.monotonic() > started + reply.ttl_ms / 1000.0
+        finally:
+            self._release_soon(lease_ids)
+        if late:
+            raise _Fallback()  # the lease may have run out mid-copy: do not trust the bytes
+        for r in results:
+            self._count(r.path, gets=1, nbytes=len(r.data))
+        return results
+
+    def _get_bulk(
+        self,
+        offer: _Offer,
+        refs: list[ObjectRef],
+        outs: list[memoryview] | None,
+        timeout_s: float | None,
+    ) -> list[Fetched]:
+        request = dataplane_pb2.BeginGetRequest(
+            keys=self._keys(refs), inline_max_bytes=self.threshold_bytes
+        )
+        ticket = self._negotiate_call(
+            lambda t: self._dp.BeginGet(request, timeout=t, metadata=self._transport.metadata),
+            timeout_s,
+        )
+        results: list[Fetched] = []
+        streamed: list[memoryview] = []
+        for i, obj in enumerate(ticket.objects):
+            info = _wire.info(obj.meta)
+            size = int(obj.size_bytes)
+            target = outs[i] if outs is not None else None
+            if obj.inline:
+                results.append(
+                    Fetched(info, _copy_out(memoryview(obj.inline_data), target), "grpc")
+                )
+                continue
+            if target is not None:
+                if len(target) < size:
+                    raise ValueError(
+                        f"output buffer {i} holds {len(target)} bytes; {info.key} has {size}"
+                    )
+                view = target[:size]
+            else:
+                view = np.empty(size, dtype=np.uint8).data
+            streamed.append(view)
+            results.append(Fetched(info, view, "bulk"))
+        if streamed:
+            try:
+                self._bulk.get(
+                    self._reachable(ticket.address or offer.bulk_address),
+                    ticket.ticket_id,
+                    streamed,
+                )
+            except BulkBroken:
+                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+                raise _Fallback() from None
+        if self.verify:
+            for r in results:
+                if r.path == "bulk":
+                    _wire.verify_get(r.info, r.data, whole=True)
+        for r in results:
+            self._count(r.path, gets=1, nbytes=len(r.data))
+        return results
+
+    def _get_grpc(self, ref: ObjectRef, out: memoryview | None, timeout_s: float | None) -> Fetched:
+        request = object_pb2.GetRequest(key=self._keys([ref])[0])
+
+        def call(timeout: float) -> Fetched:
+            stream = self._objects.Get(request, timeout=timeout, metadata=self._transport.metadata)
+            info = _wire.info(next(stream).meta)
+            if out is None:
+                data = memoryview(b"".join([msg.chunk for msg in stream]))
+            else:
+                if len(out) < info.size_bytes:
+                    raise ValueError(
+                        f"output buffer holds {len(out)} bytes; {info.key} has {info.size_bytes}"
+                    )
+                pos = 0
+                for msg in stream:
+                    out[pos : pos + len(msg.chunk)] = msg.chunk
+                    pos += len(msg.chunk)
+                data = out[: info.size_bytes]
+            return Fetched(info, data, "grpc")
+
+        fetched = self._call(call, timeout_s)
+        if self.verify:
+            _wire.verify_get(fetched.info, fetched.data, whole=True)
+        self._count("grpc", gets=1, nbytes=len(fetched.data))
+        return fetched
+
+
+def _copy_in(dst: np.ndarray[Any, Any], src: memoryview, deadline: float) -> None:
+    """Copy ``src`` into a leased arena region, never past the lease's deadline."""
+    source = np.frombuffer(src, dtype=np.uint8)
+    for start in range(0, len(source), COPY_CHUNK_BYTES):
+        if time.monotonic() >= deadline:
+            raise _Fallback()
+        end = start + COPY_CHUNK_BYTES
+        np.copyto(dst[start:end], source[start:end])
+
+
+def _copy_out(src: memoryview, out: memoryview | None) -> memoryview:
+    """Copy a value into ``out`` (or new ``bytes``); returns a view of the copy."""
+    if out is None:
+        return memoryview(bytes(src))
+    if len(out) < len(src):
+        raise ValueError(f"output buffer holds {len(out)} bytes; the value has {len(src)}")
+    target = out[: len(src)]
+    np.copyto(np.frombuffer(target, dtype=np.uint8), np.frombuffer(src, dtype=np.uint8))
+    return target
+
+
+def as_bytes(view: memoryview) -> bytes:
+    """The bytes of a fetched value (no copy when it already is a whole ``bytes``)."""
+    obj = view.obj
+    if isinstance(obj, bytes) and len(obj) == len(view) and view.contiguous:
+        return obj
+    return bytes(view)

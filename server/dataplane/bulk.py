@@ -1,0 +1,209 @@
+"""The bulk channel's TCP server: accepts connections, reads preambles, claims
+tickets and runs their transfers (``transfers.BulkTransfers``). Framing in
+``tiermem.dataplane_wire``.
+
+One thread per connection, at most ``dataplane.bulk.max_connections``; a
+connection carries transfers one after another and is closed after
+``idle_timeout_s`` without one, after ``io_timeout_s`` of silence inside one,
+or as soon as a transfer breaks (the daemon then stores nothing of it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+
+from tiermem.dataplane_wire import (
+    MAGIC,
+    MAX_CREDENTIAL_BYTES,
+    PREAMBLE,
+    VERSION,
+    frame,
+)
+from tiermem.server.config import BulkChannelConfig
+from tiermem.server.dataplane.identity import normal_host, principal_of
+from tiermem.server.dataplane.transfers import BulkTransfers, TransferBroken
+from tiermem.server.errors import TiermemError
+from tiermem.server.metrics import Metrics
+from tiermem.server.model import ObjectMeta
+from tiermem.server.protoconv import meta_to_proto
+from tiermem.v1 import dataplane_pb2
+
+log = logging.getLogger(__name__)
+
+
+class _Closed(Exception):
+    """The peer closed the connection between transfers (a normal end)."""
+
+
+class BulkServer:
+    def __init__(
+        self, transfers: BulkTransfers, config: BulkChannelConfig, metrics: Metrics
+    ) -> None:
+        self._transfers = transfers
+        self._config = config
+        self._metrics = metrics
+        self._listener: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._slots = threading.BoundedSemaphore(config.max_connections)
+        self._lock = threading.Lock()
+        self._conns: set[socket.socket] = set()
+        self._threads: set[threading.Thread] = set()
+        self._stopping = threading.Event()
+        self.address = ""
+
+    def start(self) -> str:
+        """Listen and serve; returns the advertised HOST:PORT."""
+        cfg = self._config
+        listener = socket.create_server((cfg.host, cfg.port), backlog=128)
+        port = listener.getsockname()[1]
+        self._listener = listener
+        self.address = f"{cfg.advertise_host or cfg.host}:{port}"
+        self._thread = threading.Thread(target=self._accept, name="tiermem-bulk", daemon=True)
+        self._thread.start()
+        log.info("bulk channel on %s", self.address)
+        return self.address
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)
+            self._listener.close()
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:  # their transfers fail fast once the sockets are shut
+            thread.join(timeout=10)
+
+    # -- connections ------------------------------------------------------------------
+    def _accept(self) -> None:
+        listener = self._listener
+        if listener is None:
+            return
+        while not self._stopping.is_set():
+            try:
+                conn, addr = listener.accept()
+            except OSError:
+                return
+            if not self._slots.acquire(blocking=False):
+                self._refuse(conn, "RESOURCE_EXHAUSTED", "too many bulk connections; retry")
+                continue
+            thread = threading.Thread(
+                target=self._serve, args=(conn, str(addr[0])), name="tiermem-bulk-conn", daemon=True
+            )
+            with self._lock:
+                self._conns.add(conn)
+                self._threads.add(thread)
+            thread.start()
+
+    def _refuse(self, conn: socket.socket, code: str, message: str) -> None:
+        try:
+            conn.settimeout(1.0)
+            conn.sendall(_status(code, message))
+        except OSError:
+            pass
+        finally:
+            conn.close()
+        self._metrics.bulk_transfers.labels("-", "refused").inc()
+
+    def _serve(self, conn: socket.socket, peer: str) -> None:
+        cfg = self._config
+        host = normal_host(peer)
+        self._metrics.bulk_connections.inc()
+        try:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, int(cfg.socket_buffer_bytes))
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(cfg.socket_buffer_bytes))
+            while not self._stopping.is_set():
+                if not self._one_transfer(conn, host):
+                    return
+        except (_Closed, OSError):
+            return
+        except Exception:
+            log.exception("bulk connection from %s failed", peer)
+        finally:
+            with self._lock:
+                self._conns.discard(conn)
+                self._threads.discard(threading.current_thread())
+            conn.close()
+            self._slots.release()
+            self._metrics.bulk_connections.dec()
+
+    def _one_transfer(self, conn: socket.socket, host: str) -> bool:
+        """Serve one transfer; False when the connection must be closed."""
+        cfg = self._config
+        conn.settimeout(cfg.idle_timeout_s)
+        head = _recv_exact(conn, PREAMBLE.size, between_transfers=True)
+        conn.settimeout(cfg.io_timeout_s)
+        magic, version, cred_len, ticket_id = PREAMBLE.unpack(head)
+        if magic != MAGIC or version != VERSION or cred_len > MAX_CREDENTIAL_BYTES:
+            conn.sendall(
+                _status(
+                    "INVALID_ARGUMENT",
+                    f"not a tiermem bulk preamble (magic {magic!r}, version {version}); "
+                    f"this daemon speaks version {VERSION}",
+                )
+            )
+            self._metrics.bulk_transfers.labels("-", "refused").inc()
+            return False
+        credential = _recv_exact(conn, cred_len) if cred_len else b""
+        try:
+            ticket = self._transfers.claim(ticket_id, principal_of(credential, host))
+        except TiermemError as exc:
+            conn.sendall(_status(exc.code, exc.message))
+            self._metrics.bulk_transfers.labels("-", "refused").inc()
+            return True
+        op = ticket.op
+        if op == "get":
+            conn.sendall(_status("OK", ""))
+            try:
+                self._transfers.send(ticket, conn)
+            except OSError:
+                self._metrics.bulk_transfers.labels(op, "broken").inc()
+                raise
+            self._metrics.bulk_transfers.labels(op, "ok").inc()
+            return True
+        conn.sendall(_status("OK", ""))
+        try:
+            metas = self._transfers.receive(ticket, conn)
+        except (TransferBroken, OSError) as exc:
+            self._metrics.bulk_transfers.labels(op, "broken").inc()
+            log.warning("bulk put broken, nothing stored: %s", exc)
+            return False
+        except TiermemError as exc:
+            self._metrics.bulk_transfers.labels(op, "failed").inc()
+            conn.sendall(_status(exc.code, exc.message))
+            return True
+        self._metrics.bulk_transfers.labels(op, "ok").inc()
+        conn.sendall(_status("OK", "", metas))
+        return True
+
+
+def _status(code: str, message: str, metas: list[ObjectMeta] | None = None) -> bytes:
+    msg = dataplane_pb2.TransferStatus(code=code, message=message)
+    if metas:
+        msg.metas.extend(meta_to_proto(m) for m in metas)
+    return frame(msg.SerializeToString())
+
+
+def _recv_exact(conn: socket.socket, n: int, between_transfers: bool = False) -> bytes:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = conn.recv_into(view[got:], n - got)
+        if k == 0:
+            if between_transfers and got == 0:
+                raise _Closed()
+            raise OSError(f"bulk connection closed after {got} of {n} preamble bytes")
+        got += k
+    return bytes(buf)

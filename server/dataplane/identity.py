@@ -1,0 +1,44 @@
+"""Who is calling: the principal leases and tickets are bound to.
+
+A caller that sends an ``authorization`` metadata value is identified by it
+(hashed: the table never keeps the secret); one without is identified by its
+host address, the only identity a TCP connection can show as well.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import urllib.parse
+from collections.abc import Iterable
+
+
+def principal_of(credential: str | bytes, peer_host: str) -> str:
+    """The principal of a caller presenting ``credential`` (may be empty) from ``peer_host``."""
+    raw = credential.encode() if isinstance(credential, str) else credential
+    if raw:
+        return "token:" + hashlib.sha256(raw).hexdigest()[:32]
+    return "host:" + peer_host
+
+
+def grpc_principal(metadata: Iterable[tuple[str, str | bytes]] | None, peer: str) -> str:
+    """Principal of a gRPC caller from its invocation metadata and ``context.peer()``."""
+    for key, value in metadata or ():
+        if key == "authorization":
+            return principal_of(value, grpc_peer_host(peer))
+    return principal_of(b"", grpc_peer_host(peer))
+
+
+def grpc_peer_host(peer: str) -> str:
+    """Host part of a gRPC peer string: ``ipv4:1.2.3.4:5`` → ``1.2.3.4``,
+    ``ipv6:[::1]:5`` → ``::1``, ``unix:/path`` → ``unix``."""
+    scheme, _, rest = urllib.parse.unquote(peer).partition(":")
+    if scheme == "ipv4":
+        return rest.rpartition(":")[0]
+    if scheme == "ipv6":
+        return normal_host(rest.rpartition(":")[0].strip("[]"))
+    return scheme or "unknown"
+
+
+def normal_host(host: str) -> str:
+    """A socket peer address as gRPC would name it (IPv4-mapped IPv6 unwrapped)."""
+    return host.removeprefix("::ffff:") if "." in host else host

@@ -1,0 +1,79 @@
+"""The data plane as one part of the daemon: lease and ticket tables, the byte
+budget they share, the shared-memory plane, bulk transfers and the TCP server.
+``server.app.Daemon`` builds one, starts it after recovery and stops it first
+on shutdown; the background worker calls ``reap_expired``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tiermem.dataplane_wire import VERSION, host_id
+from tiermem.server.config import Config
+from tiermem.server.dataplane.bulk import BulkServer
+from tiermem.server.dataplane.limits import ByteBudget
+from tiermem.server.dataplane.shm import ArenaInfo, SharedMemoryPlane
+from tiermem.server.dataplane.transfers import BulkTransfers
+from tiermem.server.metrics import Metrics
+from tiermem.server.services.leases import Lease, LeaseTable
+from tiermem.server.services.objects import ObjectService
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    host_id: str
+    arena: ArenaInfo | None
+    bulk_address: str
+    arena_min_bytes: int
+    inline_max_bytes: int
+    default_lease_ttl_ms: int
+    max_lease_ttl_ms: int
+    max_batch_objects: int
+    max_object_bytes: int
+    bulk_protocol: int
+
+
+class DataPlane:
+    def __init__(self, objects: ObjectService, config: Config, metrics: Metrics) -> None:
+        dp = config.dataplane
+        self._config = config
+        self._metrics = metrics
+        self.budget = ByteBudget(int(dp.max_pending_bytes), "dataplane.max_pending_bytes")
+        self.leases = LeaseTable(dp.max_leases, observe=self._lease_ended)
+        self.shm = SharedMemoryPlane(objects, dp, self.leases, self.budget, metrics)
+        self.transfers = BulkTransfers(objects, dp, self.budget, metrics)
+        self._bulk = BulkServer(self.transfers, dp.bulk, metrics) if dp.bulk.enabled else None
+        metrics.dataplane_leases_active.set_function(lambda: len(self.leases))
+        metrics.bulk_tickets_active.set_function(lambda: len(self.transfers.tickets))
+
+    def _lease_ended(self, lease: Lease, how: str) -> None:
+        self._metrics.dataplane_lease_ends.labels(lease.kind.value, how).inc()
+
+    def start(self) -> None:
+        if self._bulk is not None:
+            self.transfers.address = self._bulk.start()
+
+    def hello(self) -> Hello:
+        dp = self._config.dataplane
+        arena = self.shm.info()
+        return Hello(
+            host_id=host_id(),
+            arena=arena,
+            bulk_address=self.transfers.address,
+            arena_min_bytes=self.shm.arena.arena_min_bytes if self.shm.arena is not None else 0,
+            inline_max_bytes=int(dp.inline_max_bytes),
+            default_lease_ttl_ms=int(dp.lease_ttl_s * 1000),
+            max_lease_ttl_ms=int(dp.max_lease_ttl_s * 1000),
+            max_batch_objects=dp.max_batch_objects,
+            max_object_bytes=int(self._config.limits.max_object_bytes),
+            bulk_protocol=VERSION,
+        )
+
+    def reap_expired(self) -> int:
+        """End expired leases and tickets, giving back what they held."""
+        return self.leases.reap_expired() + self.transfers.reap_expired()
+
+    def stop(self) -> None:
+        if self._bulk is not None:
+            self._bulk.stop()
+        self.transfers.close()
+        self.leases.end_all()

@@ -1,0 +1,307 @@
+"""Shared-memory data plane: clients on this host read and write objects in the
+DRAM arena in place, under leases.
+
+The arena is one ``/dev/shm`` file (``tiers.dram.DramEngine``), pre-faulted at
+start. A client maps the whole file once and then only exchanges small gRPC
+messages with the daemon::
+
+    arena file (MAP_SHARED in the daemon and in every local client)
+    ┌──────────┬─────────────────────┬───────┬──────────────────────┬────────┐
+    │ object A │ write lease W       │ free  │ staging copy of B    │ ...    │
+    │ (leased  │ (reserved, client   │       │ (read lease R2: B    │        │
+    │  by R1)  │  fills it, commits) │       │  lives on SSD/HBM)   │        │
+    └──────────┴─────────────────────┴───────┴──────────────────────┴────────┘
+     offset, length of every region come with its lease
+
+Write: ``reserve`` allocates arena extents (making room by demotion like any
+put) and grants write leases; the client copies its bytes in; ``commit``
+hashes the extent, checks the client's checksum if it sent one, and commits
+it through ``ObjectService.commit_filled`` — the object is then exactly what
+a gRPC Put would have stored (catalog record, DURABLE → SSD copy + WAL sync).
+When admission would not place the object in DRAM (COLD, or another tier
+preferred), the extent is a staging area and commit stores from it through
+the ordinary put path instead, then frees it.
+
+Read: ``lease`` opens each object like a gRPC Get. An object served from the
+arena is leased where it is (its copy is referenced, so a move or delete
+defers the free, and ``make_room`` skips it); any other object (SSD, HBM, a
+small value) is copied into a staging extent owned by the lease. Values up to
+``inline_max_bytes`` come inline in the reply instead of by lease.
+
+A lease ends once: released, committed, or reaped after its TTL by the
+background worker. Clients must finish using a region before the TTL they
+were granted runs out (the client library checks its own deadline, measured
+from before its request, after every copy) — after that the region may hold
+another object.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import xxhash
+
+from tiermem.server.config import DataPlaneConfig
+from tiermem.server.dataplane.limits import ByteBudget, check_batch
+from tiermem.server.errors import FailedPrecondition, InvalidArgument, TiermemError
+from tiermem.server.metrics import Metrics
+from tiermem.server.model import ObjectKey, ObjectMeta, Profile, Tier
+from tiermem.server.services.leases import Lease, LeaseKind, LeaseTable, Region
+from tiermem.server.services.objects import ObjectRead, ObjectService, PutSpec
+from tiermem.server.tiers.base import Reservation
+from tiermem.server.tiers.dram import DramEngine
+
+
+@dataclass(frozen=True, slots=True)
+class ArenaInfo:
+    path: str
+    size_bytes: int
+    arena_id: str
+    device: int
+    inode: int
+
+
+@dataclass(slots=True)
+class PendingPut:
+    """What a write lease will commit."""
+
+    spec: PutSpec
+    profile: Profile
+    reservation: Reservation
+    in_place: bool  # admission puts it in DRAM: the extent becomes the object's copy
+
+
+@dataclass(frozen=True, slots=True)
+class ReadGrant:
+    """One object of a Lease reply: a lease on its bytes, or the bytes inline."""
+
+    meta: ObjectMeta
+    lease: Lease | None
+    inline: bytes | None
+
+
+class SharedMemoryPlane:
+    def __init__(
+        self,
+        objects: ObjectService,
+        config: DataPlaneConfig,
+        leases: LeaseTable,
+        budget: ByteBudget,
+        metrics: Metrics,
+    ) -> None:
+        self._objects = objects
+        self._config = config
+        self._leases = leases
+        self._budget = budget
+        self._metrics = metrics
+        engine = objects.store.memory.get(Tier.DRAM)
+        self.arena = engine if config.shm_enabled and isinstance(engine, DramEngine) else None
+
+    # -- what clients need to map the arena ---------------------------------------------
+    def info(self) -> ArenaInfo | None:
+        if self.arena is None:
+            return None
+        st = os.stat(self.arena.arena_path)
+        return ArenaInfo(
+            str(self.arena.arena_path), st.st_size, self.arena.arena_path.name, st.st_dev, st.st_ino
+        )
+
+    def _require_arena(self) -> DramEngine:
+        if self.arena is None:
+            raise FailedPrecondition(
+                "the shared-memory path is off on this daemon (dataplane.shm_enabled or the "
+                "DRAM tier is disabled); use the bulk channel or Put/Get"
+            )
+        return self.arena
+
+    def ttl_s(self, ttl_ms: int) -> float:
+        """The TTL granted for a request asking ``ttl_ms`` (0 = default), capped."""
+        if ttl_ms == 0:
+            return self._config.lease_ttl_s
+        return min(ttl_ms / 1000.0, self._config.max_lease_ttl_s)
+
+    def _check_batch(self, n: int, what: str) -> None:
+        check_batch(n, self._config.max_batch_objects, what)
+
+    # -- write: reserve → fill in place → commit -----------------------------------------
+    def reserve(self, owner: str, specs: Sequence[PutSpec], ttl_s: float) -> list[Lease]:
+        """Reserve arena extents for new objects; one write lease each, all or none."""
+        arena = self._require_arena()
+        self._check_batch(len(specs), "Reserve")
+        pending: list[Region] = []
+        try:
+            for spec in specs:
+                pending.append(self._reserve_one(arena, spec))
+            leases = self._leases.grant_many(owner, LeaseKind.WRITE, ttl_s, pending)
+        except BaseException:
+            for _off, _len, end, _payload in pending:
+                end()
+            raise
+        self._metrics.dataplane_leases.labels("write").inc(len(leases))
+        return leases
+
+    def _reserve_one(self, arena: DramEngine, spec: PutSpec) -> Region:
+        size = spec.size_bytes
+        profile = self._objects.prepare(spec)
+        if size < arena.arena_min_bytes:
+            raise InvalidArgument(
+                f"{spec.key} is {size} bytes, below tiers.dram.arena_min_bytes="
+                f"{arena.arena_min_bytes}: small values do not live in the arena; send it with Put"
+            )
+        if size > arena.capacity_bytes:
+            raise InvalidArgument(
+                f"{spec.key} is {size} bytes; the shared-memory arena holds at most "
+                f"{arena.capacity_bytes} (tiers.dram.capacity_bytes); use the bulk channel or Put"
+            )
+        self._budget.take(size)
+        try:
+            reservation = self._objects.reserve(size, profile, only=Tier.DRAM)
+        except BaseException:
+            self._budget.give(size)
+            raise
+        in_place = self._objects.first_tier(size, profile) == Tier.DRAM
+        put = PendingPut(spec, profile, reservation, in_place)
+        return reservation.location, size, lambda: self._drop(reservation), put
+
+    def _drop(self, reservation: Reservation) -> None:
+        self._objects.abort(reservation)
+        self._budget.give(reservation.size)
+
+    def commit(
+        self, owner: str, items: Sequence[tuple[int, tuple[int, int] | None]]
+    ) -> list[ObjectMeta]:
+        """Commit filled write leases ``(lease_id, checksum or None)`` in order.
+
+        Every extent is hashed and checked first: a mismatch anywhere aborts the
+        whole batch (DATA_LOSS, nothing stored, leases ended). Then each object
+        is committed like a put; should one fail (e.g. ``if_absent`` lost a race)
+        the ones before it stay committed, it and the rest are aborted, and the
+        error says so."""
+        self._check_batch(len(items), "Commit")
+        leases = self._leases.take_many([lease_id for lease_id, _ in items], owner, LeaseKind.WRITE)
+        puts: list[tuple[PendingPut, int]] = []
+        try:
+            for lease, (_lease_id, checksum) in zip(leases, items, strict=True):
+                put = lease.payload
+                if not isinstance(put, PendingPut):
+                    raise FailedPrecondition(f"lease {lease.lease_id:#x} has no pending put")
+                if checksum is not None:
+                    put.spec.checksum = checksum
+                buffer = put.reservation.buffer
+                xxh3 = xxhash.xxh3_64_intdigest(buffer)
+                crc = zlib.crc32(buffer) if self._objects.upload_crc(put.spec) else None
+                self._objects.check_upload(put.spec, xxh3, crc)
+                puts.append((put, xxh3))
+        except BaseException:
+            for lease in leases:
+                lease.end()
+            self._ended(leases, "aborted")
+            raise
+        metas: list[ObjectMeta] = []
+        for i, (put, xxh3) in enumerate(puts):
+            try:
+                metas.append(self._commit_one(put, xxh3))
+            except BaseException as exc:
+                for later, _ in puts[i + 1 :]:
+                    self._drop(later.reservation)
+                self._ended(leases[:i], "committed")
+                self._ended(leases[i:], "aborted")
+                if i and isinstance(exc, TiermemError):
+                    raise type(exc)(
+                        f"{exc.message} (objects 0..{i - 1} of the batch were committed, "
+                        f"{i}.. were not)"
+                    ) from exc
+                raise
+        self._ended(leases, "committed")
+        return metas
+
+    def _commit_one(self, put: PendingPut, xxh3: int) -> ObjectMeta:
+        """Commit one filled extent; its budget and reservation are consumed either way."""
+        reservation = put.reservation
+        try:
+            if put.in_place:
+                return self._objects.commit_filled(
+                    put.spec, put.profile, reservation, xxh3, path="shm"
+                )
+            # Admission wants another tier: store from the staging extent like a Put.
+            try:
+                return self._objects.put(put.spec, [reservation.buffer])
+            finally:
+                self._objects.abort(reservation)
+        finally:
+            self._budget.give(reservation.size)
+
+    # -- read: lease → read in place → release ----------------------------------------------
+    def lease(
+        self, owner: str, keys: Sequence[ObjectKey], ttl_s: float, inline_max_bytes: int
+    ) -> list[ReadGrant]:
+        """Read leases on objects (small values inline); all or none."""
+        arena = self._require_arena()
+        self._check_batch(len(keys), "Lease")
+        inline_max = min(inline_max_bytes or self._config.inline_max_bytes, self._inline_cap())
+        opened: list[tuple[ObjectMeta, Region | None, bytes | None]] = []
+        try:
+            for key in keys:
+                opened.append(self._open_one(arena, key, inline_max))
+            regions = [region for _meta, region, _inline in opened if region is not None]
+            granted = iter(self._leases.grant_many(owner, LeaseKind.READ, ttl_s, regions))
+        except BaseException:
+            for _meta, region, _inline in opened:
+                if region is not None:
+                    region[2]()
+            raise
+        grants = [
+            ReadGrant(meta, next(granted) if region is not None else None, inline)
+            for meta, region, inline in opened
+        ]
+        leased_bytes = sum(region[1] for region in regions)
+        self._metrics.dataplane_leases.labels("read").inc(len(regions))
+        self._metrics.data_bytes.labels("shm", "out").inc(leased_bytes)
+        return grants
+
+    def _inline_cap(self) -> int:
+        return int(self._config.inline_max_bytes)
+
+    def _open_one(
+        self, arena: DramEngine, key: ObjectKey, inline_max: int
+    ) -> tuple[ObjectMeta, Region | None, bytes | None]:
+        reader = self._objects.read(key)
+        size = reader.meta.size_bytes
+        if size <= inline_max or size < arena.arena_min_bytes:
+            try:
+                return reader.meta, None, bytes(reader.view)
+            finally:
+                reader.release()
+        if reader.tier == Tier.DRAM and reader.location >= 0:
+            return reader.meta, (reader.location, size, reader.release, None), None
+        return reader.meta, self._staging_copy(reader), None
+
+    def _staging_copy(self, reader: ObjectRead) -> Region:
+        """Copy an object that is not in the arena into an extent the lease owns."""
+        size = reader.meta.size_bytes
+        try:
+            self._budget.take(size)
+            try:
+                reservation = self._objects.reserve(size, Profile(), only=Tier.DRAM)
+            except BaseException:
+                self._budget.give(size)
+                raise
+            try:
+                reservation.buffer[:] = reader.view
+            except BaseException:
+                self._drop(reservation)
+                raise
+        finally:
+            reader.release()
+        return reservation.location, size, lambda: self._drop(reservation), None
+
+    def release(self, owner: str, lease_ids: Sequence[int]) -> int:
+        """End leases: read leases released, uncommitted write leases aborted."""
+        self._check_batch(len(lease_ids), "Release")
+        return self._leases.release_many(lease_ids, owner)
+
+    def _ended(self, leases: Sequence[Lease], how: str) -> None:
+        self._leases.finish(leases, how)

@@ -1,0 +1,371 @@
+"""Bulk transfers: tickets negotiated over gRPC, bytes over a plain TCP stream.
+
+``begin_put`` validates and reserves space for every announced object (in the
+tier admission picks, exactly as a Put would) and issues a ticket;
+``receive`` then fills those reservations straight from the connection with
+``recv_into`` (hashing each window while it is still in cache) and commits
+them through ``ObjectService.commit_filled``. ``begin_get`` opens every object
+like a Get (taking its read lease, or reading and verifying its SSD copy) and
+issues a ticket naming sizes and checksums; ``send`` writes the views with
+``sendall``. The transport (``bulk.BulkServer``) only frames and routes.
+
+Tickets are single-use (claimed, i.e. removed, by the first presentation),
+expire after ``dataplane.bulk.ticket_ttl_s`` (the background worker gives
+their reservations and leases back) and are bound to the principal that asked
+for them: a presentation by anyone else is refused and burns the ticket. A
+put stores nothing unless every byte of every object arrived and every
+announced checksum matched.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+import zlib
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import xxhash
+
+from tiermem.dataplane_wire import TICKET_ID_BYTES
+from tiermem.server.config import DataPlaneConfig
+from tiermem.server.dataplane.limits import ByteBudget, check_batch
+from tiermem.server.errors import (
+    CapacityExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    TiermemError,
+)
+from tiermem.server.metrics import Metrics
+from tiermem.server.model import ObjectKey, ObjectMeta, Profile
+from tiermem.server.services.objects import ObjectRead, ObjectService, PutSpec
+from tiermem.server.tiers.base import Reservation
+
+#: Received bytes are hashed in windows of this size, right after they land
+#: (while still in cache): one memoryview slice per window, no copies.
+WINDOW_BYTES = 1 << 20
+
+
+class Channel(Protocol):
+    """The two socket calls a transfer needs (``socket.socket`` has them)."""
+
+    def recv_into(self, buffer: memoryview, nbytes: int = 0, /) -> int: ...
+
+    def sendall(self, data: memoryview, /) -> None: ...
+
+
+class TransferBroken(InvalidArgument):
+    """The connection ended or failed before every announced byte arrived."""
+
+
+@dataclass(slots=True)
+class PutItem:
+    spec: PutSpec
+    profile: Profile
+    reservation: Reservation
+
+
+@dataclass(slots=True)
+class GetItem:
+    meta: ObjectMeta
+    reader: ObjectRead | None  # None when inline
+    inline: bytes | None
+
+
+@dataclass(slots=True, eq=False)
+class Ticket:
+    ticket_id: bytes
+    owner: str
+    op: Literal["put", "get"]
+    expires_at: float
+    ttl_s: float
+    puts: list[PutItem] = field(default_factory=list)
+    gets: list[GetItem] = field(default_factory=list)
+    held_bytes: int = 0
+    end: Callable[[], None] = field(default=lambda: None)
+
+    @property
+    def stream_bytes(self) -> int:
+        if self.op == "put":
+            return sum(item.spec.size_bytes for item in self.puts)
+        return sum(item.meta.size_bytes for item in self.gets if item.reader is not None)
+
+
+class TicketTable:
+    """Outstanding tickets, bounded; claimed once; reaped after expiry."""
+
+    def __init__(
+        self, max_tickets: int, clock: Callable[[], float], remembered: int = 8192
+    ) -> None:
+        self._max = max_tickets
+        self._clock = clock
+        self._remembered = remembered
+        self._lock = threading.Lock()
+        self._tickets: dict[bytes, Ticket] = {}
+        self._ended: OrderedDict[bytes, str] = OrderedDict()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._tickets)
+
+    def issue(self, ticket: Ticket) -> None:
+        with self._lock:
+            if len(self._tickets) >= self._max:
+                raise CapacityExceeded(
+                    f"{len(self._tickets)} bulk tickets are outstanding "
+                    f"(dataplane.bulk.max_tickets={self._max}); use or let them expire and retry"
+                )
+            self._tickets[ticket.ticket_id] = ticket
+
+    def claim(self, ticket_id: bytes, owner: str) -> Ticket:
+        """Remove and return the ticket for its one transfer."""
+        burnt: Ticket | None = None
+        try:
+            with self._lock:
+                ticket = self._tickets.pop(ticket_id, None)
+                if ticket is None:
+                    how = self._ended.get(ticket_id)
+                    if how is None:
+                        raise NotFound("bulk ticket is unknown to this daemon")
+                    raise FailedPrecondition(
+                        f"bulk ticket was already {how}; tickets are single-use"
+                    )
+                if ticket.owner != owner:
+                    burnt = ticket
+                    self._remember(ticket_id, "refused (presented with other credentials)")
+                    raise PermissionDenied(
+                        "bulk ticket was issued to other credentials; it is now void"
+                    )
+                if ticket.expires_at <= self._clock():
+                    burnt = ticket
+                    self._remember(ticket_id, "expired")
+                    raise FailedPrecondition(
+                        f"bulk ticket expired (it was valid for {ticket.ttl_s:g} s); "
+                        "ask for a new one"
+                    )
+                self._remember(ticket_id, "used")
+                return ticket
+        finally:
+            if burnt is not None:
+                burnt.end()
+
+    def reap_expired(self) -> int:
+        with self._lock:
+            now = self._clock()
+            gone = [t for t in self._tickets.values() if t.expires_at <= now]
+            for ticket in gone:
+                del self._tickets[ticket.ticket_id]
+                self._remember(ticket.ticket_id, "expired")
+        for ticket in gone:
+            ticket.end()
+        return len(gone)
+
+    def end_all(self) -> None:
+        with self._lock:
+            gone = list(self._tickets.values())
+            self._tickets.clear()
+        for ticket in gone:
+            ticket.end()
+
+    def _remember(self, ticket_id: bytes, how: str) -> None:
+        self._ended[ticket_id] = how
+        while len(self._ended) > self._remembered:
+            self._ended.popitem(last=False)
+
+
+class BulkTransfers:
+    def __init__(
+        self,
+        objects: ObjectService,
+        config: DataPlaneConfig,
+        budget: ByteBudget,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._objects = objects
+        self._config = config
+        self._budget = budget
+        self._metrics = metrics
+        self._clock = clock
+        self.tickets = TicketTable(config.bulk.max_tickets, clock)
+        #: HOST:PORT clients connect to; set by the server once it listens ("" = off).
+        self.address = ""
+
+    def _check_batch(self, n: int, what: str) -> None:
+        if not self.address:
+            raise FailedPrecondition("the bulk channel is off on this daemon; use Put/Get")
+        check_batch(n, self._config.max_batch_objects, what)
+
+    def _new_ticket(self, owner: str, op: Literal["put", "get"]) -> Ticket:
+        ttl = self._config.bulk.ticket_ttl_s
+        ticket_id = secrets.token_bytes(TICKET_ID_BYTES)
+        return Ticket(ticket_id, owner, op, self._clock() + ttl, ttl)
+
+    # -- put --------------------------------------------------------------------------
+    def begin_put(self, owner: str, specs: Sequence[PutSpec]) -> Ticket:
+        """Reserve space for every object and issue the ticket; all or none."""
+        self._check_batch(len(specs), "BeginPut")
+        ticket = self._new_ticket(owner, "put")
+        ticket.end = lambda: self._drop_puts(ticket)
+        try:
+            for spec in specs:
+                profile = self._objects.prepare(spec)
+                self._budget.take(spec.size_bytes)
+                try:
+                    reservation = self._objects.reserve(spec.size_bytes, profile)
+                except BaseException:
+                    self._budget.give(spec.size_bytes)
+                    raise
+                ticket.puts.append(PutItem(spec, profile, reservation))
+                ticket.held_bytes += spec.size_bytes
+            self.tickets.issue(ticket)
+        except BaseException:
+            ticket.end()
+            raise
+        return ticket
+
+    def _drop_puts(self, ticket: Ticket) -> None:
+        for item in ticket.puts:
+            self._objects.abort(item.reservation)
+        self._budget.give(ticket.held_bytes)
+        ticket.puts = []
+        ticket.held_bytes = 0
+
+    def receive(self, ticket: Ticket, channel: Channel) -> list[ObjectMeta]:
+        """Fill the ticket's reservations from ``channel`` and commit them.
+
+        Raises TransferBroken if the stream ends or fails early, Corrupted if an
+        announced checksum does not match; either way nothing is stored. Should a
+        commit fail after others succeeded, the error says which were stored."""
+        if ticket.op != "put":
+            raise FailedPrecondition("this ticket is for a get, not a put")
+        sums: list[int] = []
+        try:
+            for item in ticket.puts:
+                xxh3, crc = _receive_into(
+                    channel, item.reservation.buffer, self._objects.upload_crc(item.spec)
+                )
+                self._objects.check_upload(item.spec, xxh3, crc)
+                sums.append(xxh3)
+        except BaseException:
+            ticket.end()
+            raise
+        metas: list[ObjectMeta] = []
+        items, ticket.puts = ticket.puts, []
+        for i, item in enumerate(items):
+            try:
+                meta = self._objects.commit_filled(
+                    item.spec, item.profile, item.reservation, sums[i], path="bulk"
+                )
+            except BaseException as exc:
+                for later in items[i + 1 :]:
+                    self._objects.abort(later.reservation)
+                self._budget.give(ticket.held_bytes)  # this object's and the rest's
+                ticket.held_bytes = 0
+                if i and isinstance(exc, TiermemError):
+                    raise type(exc)(
+                        f"{exc.message} (objects 0..{i - 1} of the batch were committed, "
+                        f"{i}.. were not)"
+                    ) from exc
+                raise
+            metas.append(meta)
+            self._budget.give(item.spec.size_bytes)
+            ticket.held_bytes -= item.spec.size_bytes
+        return metas
+
+    # -- get --------------------------------------------------------------------------
+    def begin_get(self, owner: str, keys: Sequence[ObjectKey], inline_max_bytes: int) -> Ticket:
+        """Open every object (read leases held until sent) and issue the ticket."""
+        self._check_batch(len(keys), "BeginGet")
+        inline_max = min(
+            inline_max_bytes or self._config.inline_max_bytes, self._config.inline_max_bytes
+        )
+        ticket = self._new_ticket(owner, "get")
+        ticket.end = lambda: self._drop_gets(ticket)
+        try:
+            for key in keys:
+                reader = self._objects.read(key)
+                size = reader.meta.size_bytes
+                if size <= inline_max:
+                    try:
+                        ticket.gets.append(GetItem(reader.meta, None, bytes(reader.view)))
+                    finally:
+                        reader.release()
+                    continue
+                try:
+                    self._budget.take(size)
+                except BaseException:
+                    reader.release()
+                    raise
+                ticket.gets.append(GetItem(reader.meta, reader, None))
+                ticket.held_bytes += size
+            self.tickets.issue(ticket)
+        except BaseException:
+            ticket.end()
+            raise
+        return ticket
+
+    def _drop_gets(self, ticket: Ticket) -> None:
+        for item in ticket.gets:
+            if item.reader is not None:
+                item.reader.release()
+                item.reader = None
+        self._budget.give(ticket.held_bytes)
+        ticket.held_bytes = 0
+
+    def send(self, ticket: Ticket, channel: Channel) -> int:
+        """Write every streamed object's bytes, in ticket order; returns bytes sent.
+        The read leases end when this returns or fails."""
+        if ticket.op != "get":
+            raise FailedPrecondition("this ticket is for a put, not a get")
+        sent = 0
+        try:
+            for item in ticket.gets:
+                if item.reader is not None:
+                    channel.sendall(item.reader.view)
+                    sent += len(item.reader.view)
+        finally:
+            ticket.end()
+        self._metrics.data_bytes.labels("bulk", "out").inc(sent)
+        return sent
+
+    # -- upkeep -----------------------------------------------------------------------
+    def claim(self, ticket_id: bytes, owner: str) -> Ticket:
+        return self.tickets.claim(ticket_id, owner)
+
+    def reap_expired(self) -> int:
+        return self.tickets.reap_expired()
+
+    def close(self) -> None:
+        self.tickets.end_all()
+
+
+def _receive_into(channel: Channel, view: memoryview, want_crc: bool) -> tuple[int, int | None]:
+    """Fill ``view`` from the channel; returns (xxh3-64, CRC-32 or None) of the bytes."""
+    size = len(view)
+    hasher = xxhash.xxh3_64()
+    crc = 0
+    pos = 0
+    while pos < size:
+        end = min(pos + WINDOW_BYTES, size)
+        window = view[pos:end]
+        filled = 0
+        want = end - pos
+        while filled < want:
+            got = channel.recv_into(window[filled:] if filled else window, want - filled)
+            if got == 0:
+                raise TransferBroken(
+                    f"the bulk connection ended after {pos + filled} of {size} bytes of an "
+                    "object; nothing was stored"
+                )
+            filled += got
+        hasher.update(window)
+        if want_crc:
+            crc = zlib.crc32(window, crc)
+        pos = end
+    return hasher.intdigest(), (crc if want_crc else None)
