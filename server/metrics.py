@@ -119,6 +119,56 @@ class Metrics:
             "tiermem_recovery_seconds", "Time the last start-up recovery took.", registry=r
         )
 
+        # -- agent memory: sessions, scratchpad, operators (issue 7) --------------------
+        self.sessions_opened = Counter(
+            "tiermem_sessions_opened", "Agent sessions opened.", registry=r
+        )
+        self.sessions_closed = Counter(
+            "tiermem_sessions_closed", "Agent sessions closed, by reason.", ["reason"], registry=r
+        )
+        self.session_freed_bytes = Counter(
+            "tiermem_session_freed_bytes", "Bytes freed by session closes, per tier.", ["tier"],
+            registry=r,
+        )  # fmt: skip
+        self.session_ledger_bytes = Counter(
+            "tiermem_session_ledger_bytes", "Result bytes children appended to their parents.",
+            registry=r,
+        )  # fmt: skip
+        self.session_quota_refusals = Counter(
+            "tiermem_session_quota_refusals", "Puts refused by a session quota, per tier.",
+            ["tier"], registry=r,
+        )  # fmt: skip
+        self.scratch_appended = Counter(
+            "tiermem_scratch_appended_records", "Scratchpad records appended.", registry=r
+        )
+        self.scratch_flushes = Counter(
+            "tiermem_scratch_flushes", "Scratchpad flushes, by trigger.", ["reason"], registry=r
+        )
+        self.scratch_write_batches = Counter(
+            "tiermem_scratch_write_batches", "RocksDB write batches of the scratchpad.", registry=r
+        )
+        self.scratch_index_updates = Counter(
+            "tiermem_scratch_index_updates", "Memory-index updates of the scratchpad.", registry=r
+        )
+        self.scratch_deduplicated = Counter(
+            "tiermem_scratch_deduplicated_records", "Records dropped as duplicates.", registry=r
+        )
+        self.scratch_merged = Counter(
+            "tiermem_scratch_merged_records", "Keyed record versions merged away.", registry=r
+        )
+        self.scratch_flush_seconds = Histogram(
+            "tiermem_scratch_flush_duration_seconds", "Time of one scratchpad flush.",
+            buckets=LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.operator_calls = Counter(
+            "tiermem_operator_calls", "Operator invocations, by operator and status code.",
+            ["operator", "code"], registry=r,
+        )  # fmt: skip
+        self.operator_seconds = Histogram(
+            "tiermem_operator_duration_seconds", "Operator run time.", ["operator"],
+            buckets=LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+
     def watch_state(self, snapshot: Callable[[], TierUsage]) -> None:
         """Register the scrape-time collector of tier and object gauges."""
         self.registry.register(_StateCollector(snapshot))
