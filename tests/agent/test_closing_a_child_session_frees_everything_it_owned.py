@@ -56,7 +56,9 @@ def test_closing_a_child_frees_all_it_owned_and_leaves_the_parent_alone(agent_da
         child.id, [NewRecord(RecordKind.THOUGHT, f"candidate {i}") for i in range(50)]
     )
     client.scratch.flush()  # some records stored on SSD ...
-    cc.scratch.append(child.id, RecordKind.THOUGHT, "still thinking", durability=RecordDurability.BUFFERED)
+    cc.scratch.append(
+        child.id, RecordKind.THOUGHT, "still thinking", durability=RecordDurability.BUFFERED
+    )
     during = held(client)
     assert during["HBM_engine"] > before["HBM_engine"]
     assert during["DRAM_engine"] > before["DRAM_engine"]

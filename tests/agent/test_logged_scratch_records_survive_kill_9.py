@@ -27,7 +27,11 @@ def test_logged_records_survive_kill_9_and_buffered_loss_stays_in_its_window(tmp
             client.scratch.append(s.id, RecordKind.DECISION, "pos", key="position")
             client.scratch.append(s.id, RecordKind.DECISION, "pos2", key="position")
             old = [
-                NewRecord(RecordKind.OBSERVATION, f"old buffered {i}", durability=RecordDurability.BUFFERED)
+                NewRecord(
+                    RecordKind.OBSERVATION,
+                    f"old buffered {i}",
+                    durability=RecordDurability.BUFFERED,
+                )
                 for i in range(100)
             ]
             client.scratch.append_many(s.id, old)
@@ -35,7 +39,11 @@ def test_logged_records_survive_kill_9_and_buffered_loss_stays_in_its_window(tmp
             while client.scratch.stats().unlogged_records and time.monotonic() < deadline:
                 time.sleep(0.05)  # older than the window: in the log now
             young = [
-                NewRecord(RecordKind.OBSERVATION, f"young buffered {i}", durability=RecordDurability.BUFFERED)
+                NewRecord(
+                    RecordKind.OBSERVATION,
+                    f"young buffered {i}",
+                    durability=RecordDurability.BUFFERED,
+                )
                 for i in range(100)
             ]
             client.scratch.append_many(s.id, young)

@@ -95,26 +95,47 @@ def test_replay_filters_by_time_kind_and_tag_and_query_finds_by_meaning(aclient:
     aclient.scratch.append_many(
         s.id,
         [
-            NewRecord(RecordKind.OBSERVATION, "the key lies under the red door", tags=["item"], ts_unix_ms=1000),
+            NewRecord(
+                RecordKind.OBSERVATION,
+                "the key lies under the red door",
+                tags=["item"],
+                ts_unix_ms=1000,
+            ),
             NewRecord(RecordKind.THOUGHT, "maybe go north", tags=["plan"], ts_unix_ms=2000),
-            NewRecord(RecordKind.TOOL_CALL, "grid.shortest_path -> 12 steps", tags=["plan"], ts_unix_ms=3000),
+            NewRecord(
+                RecordKind.TOOL_CALL,
+                "grid.shortest_path -> 12 steps",
+                tags=["plan"],
+                ts_unix_ms=3000,
+            ),
             NewRecord(RecordKind.DECISION, "go north", tags=["plan", "move"], ts_unix_ms=4000),
         ],
     )
-    assert [r.ts_unix_ms for r in aclient.scratch.replay(s.id, since_unix_ms=2000, until_unix_ms=4000)] == [2000, 3000]
-    assert [r.kind for r in aclient.scratch.replay(s.id, kinds=[RecordKind.DECISION])] == [RecordKind.DECISION]
+    assert [
+        r.ts_unix_ms for r in aclient.scratch.replay(s.id, since_unix_ms=2000, until_unix_ms=4000)
+    ] == [2000, 3000]
+    assert [r.kind for r in aclient.scratch.replay(s.id, kinds=[RecordKind.DECISION])] == [
+        RecordKind.DECISION
+    ]
     assert len(aclient.scratch.replay(s.id, tags=["plan"])) == 3
     assert aclient.scratch.query(s.id, "red door key") == []  # only flushed records are indexed
     aclient.scratch.flush()
     hits = aclient.scratch.query(s.id, "where is the key? under the red door?", k=2)
     assert hits[0][0].payload == b"the key lies under the red door"
-    assert aclient.scratch.query(s.id, "north", k=5, kinds=[RecordKind.DECISION])[0][0].payload == b"go north"
+    assert (
+        aclient.scratch.query(s.id, "north", k=5, kinds=[RecordKind.DECISION])[0][0].payload
+        == b"go north"
+    )
 
 
 def test_sync_appends_are_acknowledged(aclient: Client) -> None:
     s = aclient.sessions.open(label="main")
     ids = aclient.scratch.append_many(
-        s.id, [NewRecord(RecordKind.OBSERVATION, f"{i}", durability=RecordDurability.SYNC) for i in range(5)]
+        s.id,
+        [
+            NewRecord(RecordKind.OBSERVATION, f"{i}", durability=RecordDurability.SYNC)
+            for i in range(5)
+        ],
     )
     assert len(ids) == 5 and len(aclient.scratch.replay(s.id)) == 5
 
@@ -125,7 +146,9 @@ def test_streamed_appends_arrive_in_order(aclient: Client) -> None:
         s.id, (NewRecord(RecordKind.OBSERVATION, f"r{i}") for i in range(1000)), per_message=64
     )
     assert n == 1000
-    assert [r.payload for r in aclient.scratch.replay(s.id)] == [f"r{i}".encode() for i in range(1000)]
+    assert [r.payload for r in aclient.scratch.replay(s.id)] == [
+        f"r{i}".encode() for i in range(1000)
+    ]
 
 
 def test_bad_records_are_rejected_and_change_nothing(aclient: Client) -> None:
