@@ -156,6 +156,9 @@ class ScratchConfig(_Section):
     """Flush once the buffered records hold this many payload bytes."""
     flush_interval_s: float = Field(default=1.0, gt=0)
     """Timer: flush buffered records at least this often (seconds)."""
+    flush_on_session_close: bool = False
+    """Flush when a child session closes, so its result record is in RocksDB and searchable
+    at once. Costs one write batch per close; the LOGGED result survives a crash either way."""
     max_buffer_bytes: ByteSize = ByteSize(64 * MiB)
     """Hard limit of the DRAM buffer; appends wait for a flush beyond it (bytes)."""
     buffered_window_ms: int = Field(default=100, ge=1, le=60_000)

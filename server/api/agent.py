@@ -138,21 +138,24 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
         return sessions_pb2.HeartbeatResponse(expires_unix_ms=self._sessions.heartbeat(request.id))
 
 
+_DURABILITY = {0: RecordDurability.LOGGED, **{int(d): d for d in RecordDurability}}
+
+
 def _new_records(request: scratch_pb2.AppendRequest) -> list[NewRecord]:
     out = []
     for r in request.records:
-        durability = int(r.durability) or int(RecordDurability.LOGGED)
-        if durability not in RecordDurability._value2member_map_:
-            raise InvalidArgument(f"unknown record durability {durability}")
+        durability = _DURABILITY.get(r.durability)
+        if durability is None:
+            raise InvalidArgument(f"unknown record durability {r.durability}")
         out.append(
             NewRecord(
-                kind=int(r.kind),
-                payload=bytes(r.payload),
+                kind=r.kind,
+                payload=r.payload,
                 key=r.key,
                 tags=tuple(r.tags),
                 key_node=r.key_node,
-                ts_ms=int(r.ts_unix_ms),
-                durability=RecordDurability(durability),
+                ts_ms=r.ts_unix_ms,
+                durability=durability,
             )
         )
     return out

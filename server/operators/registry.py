@@ -56,9 +56,10 @@ class OperatorContext:
     DeadlineExceeded once the call's time is up or it was abandoned."""
 
     def __init__(
-        self, deadline: float, session: str, services: Mapping[str, Any], limits: Mapping[str, int]
+        self, limit_s: float, session: str, services: Mapping[str, Any], limits: Mapping[str, int]
     ) -> None:
-        self.deadline = deadline
+        self.limit_s = limit_s
+        self.deadline = time.monotonic() + limit_s
         self.session = session
         self.services = services
         self.limits = limits
@@ -66,7 +67,7 @@ class OperatorContext:
 
     def check(self) -> None:
         if self.cancelled.is_set() or time.monotonic() > self.deadline:
-            raise DeadlineExceeded("the operator ran past its time limit")
+            raise DeadlineExceeded(f"the operator ran past its time limit of {self.limit_s:g} s")
 
     def service(self, name: str) -> Any:
         svc = self.services.get(name)

@@ -115,7 +115,7 @@ class OperatorRunner:
                 "(agent.operators.max_timeout_s)"
             )
         limit = timeout_s or self.timeout_of(op)
-        ctx = OperatorContext(time.monotonic() + limit, session, self.services, self._limits)
+        ctx = OperatorContext(limit, session, self.services, self._limits)
         future = self._pool.submit(_run, op, args, ctx)
         try:
             result = future.result(timeout=limit)
@@ -123,7 +123,8 @@ class OperatorRunner:
             ctx.cancelled.set()
             future.cancel()
             raise DeadlineExceeded(
-                f"operator {op.name} did not finish within {limit:g} s; it was told to stop"
+                f"operator {op.name} did not finish within its time limit of {limit:g} s; "
+                "it was told to stop"
             ) from None
         try:
             text = json.dumps(result, separators=(",", ":"), allow_nan=False)

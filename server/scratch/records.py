@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
@@ -46,16 +46,13 @@ class Record:
     key_node: bool
     durability: RecordDurability = RecordDurability.LOGGED
     flushed: bool = False  # True once written back to RocksDB
+    #: DRAM the record holds in the buffer (an estimate used for limits).
+    size: int = field(default=0, compare=False)
 
-    @property
-    def size(self) -> int:
-        """DRAM the record holds in the buffer (an estimate used for limits)."""
-        return (
-            RECORD_OVERHEAD_BYTES
-            + len(self.payload)
-            + len(self.key)
-            + sum(len(t) for t in self.tags)
-        )
+    def __post_init__(self) -> None:
+        self.size = RECORD_OVERHEAD_BYTES + len(self.payload) + len(self.key)
+        for tag in self.tags:
+            self.size += len(tag)
 
     def text(self) -> str:
         """What the memory index embeds."""
@@ -84,8 +81,9 @@ def validate_record(
         raise InvalidArgument(f"record key must be at most {MAX_KEY_BYTES} bytes without NUL")
 
 
-def to_stored(r: Record, vector: npt.NDArray[np.float32] | None = None) -> agent_pb2.StoredRecord:
-    msg = agent_pb2.StoredRecord(
+def to_stored(r: Record, vector: bytes = b"") -> agent_pb2.StoredRecord:
+    """The record as logged (no vector) or stored (``vector``: float16 bytes)."""
+    return agent_pb2.StoredRecord(
         id=r.id,
         session=r.session,
         ts_unix_ms=r.ts_ms,
@@ -94,10 +92,8 @@ def to_stored(r: Record, vector: npt.NDArray[np.float32] | None = None) -> agent
         payload=r.payload,
         tags=r.tags,
         key_node=r.key_node,
+        vector=vector,
     )
-    if vector is not None:
-        msg.vector = vector.astype(np.float16).tobytes()
-    return msg
 
 
 def from_stored(msg: agent_pb2.StoredRecord) -> Record:

@@ -349,6 +349,8 @@ class ScratchService:
     # -- flush -------------------------------------------------------------------------
     def request_flush(self, reason: str) -> None:
         """Ask the flusher thread for a flush (asynchronous)."""
+        if reason == "session_close" and not self.config.flush_on_session_close:
+            return
         with self._lock:
             if self._flush_reason is None:
                 self._flush_reason = reason
@@ -389,6 +391,10 @@ class ScratchService:
             if kept
             else np.zeros((0, self.embedder.dim), np.float32)
         )
+        half = vectors.astype(np.float16)
+        row_bytes = half.shape[1] * 2
+        packed = half.tobytes()
+        vec = [packed[i * row_bytes : (i + 1) * row_bytes] for i in range(len(kept))]
         batch = self.rocks.batch()
         groups: dict[str, list[int]] = {}
         payloads: list[Mapping[str, Any]] = []
@@ -397,7 +403,7 @@ class ScratchService:
         keyed_updates: list[tuple[tuple[str, str], int, int]] = []
         for i, r in enumerate(kept):
             if r.key:
-                value = encode_batch([to_stored(r, vectors[i])], self._codec)
+                value = encode_batch([to_stored(r, vec[i])], self._codec)
                 raw_key = _keyed_key(r.session, r.key)
                 batch.put(CF, raw_key, value)
                 old = self._keyed.get((r.session, r.key))
@@ -415,7 +421,7 @@ class ScratchService:
                 payloads.append({})  # filled below, once the batch key is known
         for session, idxs in groups.items():
             raw_key = _blob_key(session, kept[idxs[0]].id)
-            value = encode_batch([to_stored(kept[i], vectors[i]) for i in idxs], self._codec)
+            value = encode_batch([to_stored(kept[i], vec[i]) for i in idxs], self._codec)
             batch.put(CF, raw_key, value)
             acc = stored.setdefault(session, [0, 0])
             acc[0] += len(idxs)

@@ -197,7 +197,7 @@ def test_an_operator_past_its_time_limit_is_stopped(adaemon: Daemon, aclient: Cl
             stopped.set()
 
     adaemon.operators.registry.register(Operator("test.spin", spin, "loops until stopped"))
-    with pytest.raises(DeadlineError, match="did not finish within 0.2"):
+    with pytest.raises(DeadlineError, match="time limit of 0.2"):
         aclient.operators.invoke("test.spin", {}, limit_s=0.2)
     assert stopped.wait(10)
     assert aclient.operators.invoke("math.eval", {"expression": "1+1"}) == {"value": 2}
@@ -222,7 +222,7 @@ def test_third_party_operators_register_through_entry_points(
     assert registry.load_entry_points() == 1
     op = registry.get("plugin.double")
     assert op is not None and op.origin == "tm-plugin"
-    ctx = OperatorContext(time.monotonic() + 5, "", {}, {})
+    ctx = OperatorContext(5.0, "", {}, {})
     assert op.fn(op.bind({"x": 2.5}), ctx) == {"value": 5.0}
     sys.modules.pop("tm_plugin_ops", None)
     _ = ArgSpec  # the schema type plugins use

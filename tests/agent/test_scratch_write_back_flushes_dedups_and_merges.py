@@ -38,7 +38,9 @@ def test_each_flush_trigger_fires(
         assert all(r.flushed for r in client.scratch.replay(s.id))
 
 
-def test_client_flush_and_session_close_flush(aclient: Client) -> None:
+def test_client_flush_and_session_close_flush(agent_daemon: Callable[..., Daemon]) -> None:
+    daemon = agent_daemon(agent={"scratch": {"flush_on_session_close": True}})
+    aclient = Client(daemon.address)
     root = aclient.sessions.open(label="main")
     aclient.scratch.append(root.id, RecordKind.OBSERVATION, "a")
     report = aclient.scratch.flush()
