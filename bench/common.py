@@ -62,3 +62,43 @@ def write_result(name: str, goals: list[dict[str, Any]], details: dict[str, Any]
     doc = {"goals": goals, "details": details, "machine": machine_info()}
     path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
     return path
+
+
+class ServedDaemon:
+    """``tiermem serve`` in a child process (its own interpreter and GIL, as
+    deployed), on a free port; stopped by PID."""
+
+    def __init__(self, data_dir: Path, env: dict[str, str] | None = None) -> None:
+        import subprocess
+        import sys
+
+        cmd = [
+            sys.executable, "-m", "tiermem.cli.main", "serve", "--data-dir", str(data_dir),
+            "--listen", "127.0.0.1:0", "--metrics-listen", "",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        self.address = ""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("listening on "):
+                self.address = line.split()[-1]
+                break
+        if not self.address:
+            raise RuntimeError("the daemon did not start")
+
+    def stop(self) -> None:
+        import signal
+
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except Exception:
+                self.proc.kill()
+                self.proc.wait(30)

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiermem.client import Client, Grant, Kind, NewRecord, RecordDurability, RecordKind, Tier
+from tiermem.client import Client, Grant, Kind, NewRecord, RecordDurability, RecordKind
 
 MOVES = {"N": (-1, 0), "S": (1, 0), "W": (0, -1), "E": (0, 1)}
 
@@ -252,7 +252,8 @@ class MazeAgent:
         if not self.quiet:
             s = self.stats.steps[-1]
             print(
-                f"{self.mode:8} step {self.step_no:4} pos {self.pos} context {s['context_bytes']:>9} B"
+                f"{self.mode:8} step {self.step_no:4} pos {self.pos}"
+                f"  context {s['context_bytes']:>9} B"
                 f"  DRAM+HBM {s['dram_hbm_bytes']:>9} B  index {s['index_bytes']:>8} B"
                 f"  reclaimed {s['reclaimed_bytes']:>10} B  batches {s['scratch_write_batches']}",
                 flush=True,
@@ -314,16 +315,19 @@ def daemon_address(addr: str | None, data_dir: Path) -> Iterator[str]:
 
 def run_mode(args: argparse.Namespace, mode: str, maze: list[str]) -> RunStats:
     model = TinyModel(args.seed) if args.model == "tiny" else None
-    with tempfile.TemporaryDirectory(prefix="tiermem-maze-") as tmp:
-        with daemon_address(args.addr, Path(tmp)) as address, Client(address) as client:
-            agent = MazeAgent(client, maze, mode, model, args.quiet)
-            started = time.perf_counter()
-            for _ in range(args.steps):
-                agent.step()
-            agent.stats.seconds = time.perf_counter() - started
-            client.sessions.close(agent.main.id)
-            client.sessions.close(agent.memory.id)
-            return agent.stats
+    with (
+        tempfile.TemporaryDirectory(prefix="tiermem-maze-") as tmp,
+        daemon_address(args.addr, Path(tmp)) as address,
+        Client(address) as client,
+    ):
+        agent = MazeAgent(client, maze, mode, model, args.quiet)
+        started = time.perf_counter()
+        for _ in range(args.steps):
+            agent.step()
+        agent.stats.seconds = time.perf_counter() - started
+        client.sessions.close(agent.main.id)
+        client.sessions.close(agent.memory.id)
+        return agent.stats
 
 
 def growth(values: list[int]) -> int:

@@ -1,7 +1,8 @@
 """The scratchpad's group-commit log: append-only files of framed records.
 
 Layout: ``<dir>/log-<seq>.wal``, each a sequence of frames
-``u32 length | u32 crc32 | StoredRecord bytes`` (little-endian). A frame is
+``u32 length | u32 crc32 | StoredBatch bytes`` (little-endian): the records
+of one append call, or the BUFFERED records the log thread writes at once. A frame is
 written with one ``write`` before a LOGGED append is acknowledged, so it is in
 the OS page cache and survives ``kill -9``; ``sync`` fsyncs in groups (one
 fsync covers every frame written before it), which SYNC appends wait for.
@@ -29,8 +30,8 @@ _NAME = re.compile(r"^log-(\d{12})\.wal$")
 MAX_FRAME_BYTES = 64 << 20
 
 
-def frame(record: agent_pb2.StoredRecord) -> bytes:
-    raw = record.SerializeToString()
+def frame(records: list[agent_pb2.StoredRecord]) -> bytes:
+    raw = agent_pb2.StoredBatch(records=records).SerializeToString()
     return _FRAME.pack(len(raw), zlib.crc32(raw)) + raw
 
 
@@ -135,7 +136,7 @@ class GroupCommitLog:
             raw = data[start : start + length]
             if zlib.crc32(raw) != crc:
                 return
-            msg = agent_pb2.StoredRecord()
-            msg.ParseFromString(raw)
-            yield msg
+            batch = agent_pb2.StoredBatch()
+            batch.ParseFromString(raw)
+            yield from batch.records
             pos = start + length

@@ -61,6 +61,7 @@ from tiermem.server.sessions.cleanup import Freed, Usage
 from tiermem.server.sessions.model import SessionState
 from tiermem.server.sessions.service import SessionService
 from tiermem.server.storage.rocks import RocksStore
+from tiermem.storage.v1 import agent_pb2
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +249,7 @@ class ScratchService:
             self._wait_for_room()
             self._still_open(session)
             first = self._next_id
-            frames: list[bytes] = []
+            logged: list[agent_pb2.StoredRecord] = []
             st = self._per_session.setdefault(session, _SessionScratch())
             key_node = False
             for r in records:
@@ -275,9 +276,9 @@ class ScratchService:
                 if r.durability == RecordDurability.BUFFERED:
                     self._unlogged.append(rec)
                 else:
-                    frames.append(frame(to_stored(rec)))
+                    logged.append(to_stored(rec))
                     sync = sync or r.durability == RecordDurability.SYNC
-            position = self._log.write(b"".join(frames)) if frames else None
+            position = self._log.write(frame(logged)) if logged else None
             self._stats.appended_records += len(records)
             reason = None
             if key_node:
@@ -366,7 +367,7 @@ class ScratchService:
                 if not self._buffer:
                     return FlushReport()
                 if self._unlogged:  # keep every snapshot record in the rotated log
-                    self._log.write(b"".join(frame(to_stored(r)) for r in self._unlogged))
+                    self._log.write(frame([to_stored(r) for r in self._unlogged]))
                     self._unlogged = []
                 snapshot, self._buffer, self._buffer_bytes = self._buffer, [], 0
                 self._flushing = snapshot
@@ -483,7 +484,7 @@ class ScratchService:
         """Write BUFFERED records to the log (the log thread does this every window)."""
         with self._lock:
             if self._unlogged:
-                self._log.write(b"".join(frame(to_stored(r)) for r in self._unlogged))
+                self._log.write(frame([to_stored(r) for r in self._unlogged]))
                 self._unlogged = []
 
     def _flush_loop(self) -> None:

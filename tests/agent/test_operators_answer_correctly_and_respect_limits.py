@@ -1,3 +1,4 @@
+import itertools
 import random
 import sys
 import threading
@@ -55,7 +56,7 @@ def test_graph_shortest_path_matches_networkx_on_random_graphs(
             assert got["distance"] == pytest.approx(want)
             path = got["path"]
             assert path[0] == s and path[-1] == t
-            assert sum(graph[u][v]["weight"] for u, v in zip(path, path[1:], strict=False)) == (
+            assert sum(graph[u][v]["weight"] for u, v in itertools.pairwise(path)) == (
                 pytest.approx(want)
             )
 
@@ -86,8 +87,7 @@ def test_grid_shortest_path_matches_bfs_on_random_grids(aclient: Client) -> None
             cells = [tuple(p) for p in got["path"]]
             assert all(grid[r][c] == "." for r, c in cells)
             assert all(
-                abs(r1 - r2) + abs(c1 - c2) == 1
-                for (r1, c1), (r2, c2) in zip(cells, cells[1:], strict=False)
+                abs(r1 - r2) + abs(c1 - c2) == 1 for (r1, c1), (r2, c2) in itertools.pairwise(cells)
             )
 
 
@@ -197,7 +197,7 @@ def test_an_operator_past_its_time_limit_is_stopped(adaemon: Daemon, aclient: Cl
             stopped.set()
 
     adaemon.operators.registry.register(Operator("test.spin", spin, "loops until stopped"))
-    with pytest.raises(DeadlineError, match="time limit of 0.2"):
+    with pytest.raises(DeadlineError, match=r"time limit of 0\.2"):
         aclient.operators.invoke("test.spin", {}, limit_s=0.2)
     assert stopped.wait(10)
     assert aclient.operators.invoke("math.eval", {"expression": "1+1"}) == {"value": 2}

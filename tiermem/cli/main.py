@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("name")
     q = ns_sub.add_parser("ls")
     _client_args(q)
+
+    from tiermem.cli.agent import add_parsers
+
+    add_parsers(sub, _client_args)
     return parser
 
 
@@ -97,10 +101,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tiermem.cli.serve import serve
 
         return serve(args)
+    from tiermem.cli import agent
     from tiermem.cli.commands import run
     from tiermem.client.errors import TiermemClientError
 
     try:
+        if args.command in agent.COMMANDS:
+            return agent.run(args)
         return run(args)
     except TiermemClientError as exc:
         print(f"tiermem: {exc}", file=sys.stderr)
