@@ -1,1 +1,1 @@
-"""Benchmarks: ``python -m bench.<name>`` writes ``bench/results/<name>.json``."""
+"""Benchmarks: each module runs peers side by side and writes bench/results/<name>.json."""

@@ -38,7 +38,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from bench.common import ServedDaemon, goal, write_result
+from bench.common import goal, tiermem_daemon, write_result
 from tiermem.client import Client
 from tiermem.client import NewRecord as ClientRecord
 from tiermem.client import RecordKind as ClientKind
@@ -134,27 +134,24 @@ def run_engine(
 
 def run_grpc(embedder: str, records: list[Any], root: Path) -> dict[str, Any]:
     """Streamed appends to a daemon in its own process (as deployed)."""
-    env = {
-        "TIERMEM_AGENT__SCRATCH__EMBEDDER": embedder,
-        "TIERMEM_TIERS__DRAM__CAPACITY_BYTES": "64MiB",
-    }
-    served = ServedDaemon(root / f"grpc-{embedder}-{time.monotonic_ns()}", env)
-    try:
-        with Client(served.address, timeout_s=900) as client:
-            session = client.sessions.open(label="bench").id
-            client.scratch.append(session, ClientKind.OBSERVATION, "warm up the embedder")
-            client.scratch.flush()
-            msgs = [ClientRecord(ClientKind(k), t, key, tags) for k, key, t, tags in records]
-            before = client.scratch.stats()
-            started = time.perf_counter()
-            n = client.scratch.append_stream(session, msgs, per_message=256)
-            acked = time.perf_counter() - started
-            client.scratch.flush()
-            flushed = time.perf_counter() - started
-            after = client.scratch.stats()
-            embedder_name = after.embedder
-    finally:
-        served.stop()
+    env = (
+        ("TIERMEM_AGENT__SCRATCH__EMBEDDER", embedder),
+        ("TIERMEM_TIERS__DRAM__CAPACITY_BYTES", "64MiB"),
+    )
+    data_dir = root / f"grpc-{embedder}-{time.monotonic_ns()}"
+    with tiermem_daemon(data_dir, *env) as address, Client(address, timeout_s=900) as client:
+        session = client.sessions.open(label="bench").id
+        client.scratch.append(session, ClientKind.OBSERVATION, "warm up the embedder")
+        client.scratch.flush()
+        msgs = [ClientRecord(ClientKind(k), t, key, tags) for k, key, t, tags in records]
+        before = client.scratch.stats()
+        started = time.perf_counter()
+        n = client.scratch.append_stream(session, msgs, per_message=256)
+        acked = time.perf_counter() - started
+        client.scratch.flush()
+        flushed = time.perf_counter() - started
+        after = client.scratch.stats()
+        embedder_name = after.embedder
     return {
         "embedder": embedder_name,
         "records": n,
@@ -178,9 +175,12 @@ def main(argv: list[str] | None = None) -> int:
         "--records", type=int, default=20_000, help="records per write-back run (light embedder)"
     )
     p.add_argument("--quick", action="store_true", help="small counts (a smoke run)")
+    p.add_argument("--embedder", choices=["all", "hash", "minilm"], default="all")
     args = p.parse_args(argv)
     n = 2_000 if args.quick else args.records
     embedders = ["hash"] + (["minilm"] if minilm_available() else [])
+    if args.embedder != "all":
+        embedders = [args.embedder]
     details: dict[str, Any] = {"embedders": {}}
     goals: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="tiermem-bench-") as tmp:
@@ -216,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                 goal(f"gRPC streamed appends acknowledged, LOGGED ({label})",
                      grpc["acked_records_per_s"], 10_000, "records/s", True),
             ]  # fmt: skip
-    path = write_result("scratch_writeback", goals, details)
-    print(f"wrote {path}")
+    write_result("scratch_writeback", goals, details)
     return 0
 
 

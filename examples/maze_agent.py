@@ -411,13 +411,12 @@ def main(argv: list[str] | None = None) -> int:
     if out is None and set(runs) == {"naive", "isolated"}:
         from bench.common import write_result
 
-        print(f"wrote {write_result('maze_agent', goals, details)}")
+        write_result("maze_agent", goals, details)
     elif out is not None:
         from bench.common import machine_info
 
-        out.write_text(
-            json.dumps({"goals": goals, "details": details, "machine": machine_info()}, indent=2)
-        )
+        doc = {"benchmark": "maze_agent", "machine": machine_info(), "goals": goals, **details}
+        out.write_text(json.dumps(doc, indent=2))
         print(f"wrote {out}")
     return 0
 

@@ -16,10 +16,10 @@ def test_the_maze_agent_reaches_the_goal_isolated_and_naive(tmp_path: Path) -> N
     argv = ["--size", "9", "--seed", "1", "--steps", "24", "--quiet", "--out", str(out)]
     assert maze_agent.main(argv) == 0
     doc = json.loads(out.read_text())
-    summary = doc["details"]["summary"]
+    summary = doc["summary"]
     for mode in ("naive", "isolated"):
         assert summary[mode]["goals_reached"] >= 1, mode
-        assert len(doc["details"]["per_step"][mode]) == 24
+        assert len(doc["per_step"][mode]) == 24
     assert summary["isolated"]["reclaimed_bytes"] > 0
     assert summary["naive"]["reclaimed_bytes"] == 0
     assert (
