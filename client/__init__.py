@@ -16,6 +16,9 @@ from tiermem.client.errors import (
     TiermemClientError,
     UnavailableError,
 )
+from tiermem.client.operators import OperatorInfo
+from tiermem.client.scratch import NewRecord, RecordDurability, RecordKind, ScratchRecord
+from tiermem.client.sessions import CloseResult, Grant, LedgerEntry, SessionInfo
 from tiermem.client.sync import Client
 from tiermem.client.types import (
     AccessHint,
@@ -36,14 +39,23 @@ __all__ = [
     "CapacityError",
     "ChecksumError",
     "Client",
+    "CloseResult",
     "Durability",
+    "Grant",
     "InvalidArgumentError",
     "Kind",
+    "LedgerEntry",
+    "NewRecord",
     "NotFoundError",
     "ObjectInfo",
+    "OperatorInfo",
     "PermissionDeniedError",
     "Precision",
     "Profile",
+    "RecordDurability",
+    "RecordKind",
+    "ScratchRecord",
+    "SessionInfo",
     "Stats",
     "Tier",
     "TierStats",

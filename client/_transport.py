@@ -9,6 +9,7 @@ exponential backoff; every other status raises a typed error at once.
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -47,6 +48,15 @@ class Transport(_Settings):
     ) -> None:
         super().__init__(address, token, timeout_s, retries)
         self.channel = grpc.insecure_channel(address, options=channel_options())
+        self._owns_channel = True
+
+    def with_metadata(self, *pairs: tuple[str, str]) -> Transport:
+        """A transport on the same channel whose calls also carry ``pairs`` (e.g.
+        the session a client acts as). Closing it leaves the channel open."""
+        other = copy.copy(self)
+        other.metadata = self.metadata + tuple(pairs)
+        other._owns_channel = False
+        return other
 
     def call(self, fn: Callable[[float], T], timeout_s: float | None = None) -> T:
         """Run ``fn(deadline_s)``, retrying UNAVAILABLE; map failures to typed errors."""
@@ -64,7 +74,8 @@ class Transport(_Settings):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def close(self) -> None:
-        self.channel.close()
+        if self._owns_channel:
+            self.channel.close()
 
 
 class AsyncTransport(_Settings):

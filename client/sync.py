@@ -24,6 +24,9 @@ from tiermem.client.fastpath import (
     PutItem,
     as_bytes,
 )
+from tiermem.client.operators import OperatorsClient
+from tiermem.client.scratch import ScratchClient
+from tiermem.client.sessions import SESSION_METADATA, SessionsClient
 from tiermem.client.types import Kind, ObjectInfo, Profile, Stats
 from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
 
@@ -45,17 +48,26 @@ class Client:
         verify: bool = True,
         fast_paths: Sequence[str] = PATHS,
         fast_threshold_bytes: int = DEFAULT_THRESHOLD_BYTES,
+        session: str = "",
+        transport: Transport | None = None,
     ) -> None:
         """``verify``: send a checksum with every put (the daemon rejects damaged
         uploads) and check whole-object gets against the daemon's checksum.
         ``fast_paths``: data paths the client may use for values of at least
         ``fast_threshold_bytes``, picked in the order shm, bulk, grpc (see
-        ``tiermem.client.fastpath``); ``("grpc",)`` turns the fast paths off."""
+        ``tiermem.client.fastpath``); ``("grpc",)`` turns the fast paths off.
+        ``session``: act as this agent session (see ``as_session``).
+        ``transport``: share an existing channel instead of opening one."""
         self.address = address
         self.namespace = namespace
         self.chunk_bytes = chunk_bytes
         self.verify = verify
-        self.transport = Transport(address, token=token, timeout_s=timeout_s, retries=retries)
+        self.session = session
+        if transport is None:
+            transport = Transport(address, token=token, timeout_s=timeout_s, retries=retries)
+        if session:
+            transport = transport.with_metadata((SESSION_METADATA, session))
+        self.transport = transport
         self._metadata = self.transport.metadata
         self._objects = object_pb2_grpc.ObjectServiceStub(self.transport.channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self.transport.channel)
@@ -66,6 +78,27 @@ class Client:
             chunk_bytes=chunk_bytes,
             threshold_bytes=fast_threshold_bytes,
             paths=fast_paths,
+        )
+        self.sessions = SessionsClient(self.transport)
+        self.scratch = ScratchClient(self.transport)
+        self.operators = OperatorsClient(self.transport)
+        self._fast = (tuple(fast_paths), fast_threshold_bytes)
+
+    def as_session(self, session: str) -> Client:
+        """A client on the same channel acting as ``session``: it sees that
+        session's objects and records, and what its grants share, nothing of
+        its siblings; what it puts, the session owns. Closing it keeps the channel."""
+        base = self.transport.with_metadata()
+        base.metadata = tuple(m for m in base.metadata if m[0] != SESSION_METADATA)
+        return Client(
+            self.address,
+            namespace=self.namespace,
+            chunk_bytes=self.chunk_bytes,
+            verify=self.verify,
+            fast_paths=self._fast[0],
+            fast_threshold_bytes=self._fast[1],
+            session=session,
+            transport=base,
         )
 
     def close(self) -> None:

@@ -23,21 +23,31 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from tiermem import __version__
 from tiermem.server.api.admin import AdminServicer
+from tiermem.server.api.agent import OperatorServicer, ScratchServicer, SessionServicer
 from tiermem.server.api.dataplane import DataPlaneServicer
 from tiermem.server.api.interceptor import ServerInterceptor
 from tiermem.server.api.objects import ObjectServicer
 from tiermem.server.catalog.catalog import Catalog
 from tiermem.server.config import Config
 from tiermem.server.dataplane.plane import DataPlane
+from tiermem.server.embedding.base import make_embedder
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Tier
+from tiermem.server.operators.builtins import register_builtins
+from tiermem.server.operators.registry import OperatorRegistry
+from tiermem.server.operators.runner import OperatorRunner
+from tiermem.server.scratch.memory_index import FaissMemoryIndex
+from tiermem.server.scratch.service import ScratchService
 from tiermem.server.services.admin import AdminService
 from tiermem.server.services.background import BackgroundWorker
 from tiermem.server.services.expiry import Expirer
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.objects import ObjectService
+from tiermem.server.services.periodic import Periodic
 from tiermem.server.services.recovery import RecoveryReport, recover
 from tiermem.server.services.store import Store
+from tiermem.server.sessions.guard import SessionGuard
+from tiermem.server.sessions.service import SessionService
 from tiermem.server.storage.rocks import RocksStore
 from tiermem.server.tiers.base import MemoryTierEngine
 from tiermem.server.tiers.dram import DramEngine
@@ -50,6 +60,12 @@ from tiermem.v1 import (
     dataplane_pb2_grpc,
     object_pb2,
     object_pb2_grpc,
+    operators_pb2,
+    operators_pb2_grpc,
+    scratch_pb2,
+    scratch_pb2_grpc,
+    sessions_pb2,
+    sessions_pb2_grpc,
 )
 
 log = logging.getLogger(__name__)
@@ -58,6 +74,9 @@ SERVICE_NAMES = (
     object_pb2.DESCRIPTOR.services_by_name["ObjectService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
     dataplane_pb2.DESCRIPTOR.services_by_name["DataPlaneService"].full_name,
+    sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
+    scratch_pb2.DESCRIPTOR.services_by_name["ScratchService"].full_name,
+    operators_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name,
 )
 
 
@@ -79,6 +98,7 @@ class Daemon:
         self._rocks: RocksStore | None = None
         self._engines: list[Any] = []
         self.dataplane: DataPlane | None = None
+        self._reaper: Periodic | None = None
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -119,9 +139,11 @@ class Daemon:
         store = self.store
         self.metrics.leases_active.set_function(lambda: store.leases.active)
         self.dataplane = DataPlane(self.objects, cfg, self.metrics)
+        self._build_agent_memory(data_dir)
         self._start_grpc()
         self._start_metrics()  # before recovery: tiermem_ready is 0 until it is done
         self.recovery = recover(catalog, ssd)
+        self._recover_agent_memory()
         self._record_recovery(self.recovery)
         for name in cfg.namespaces:
             catalog.ensure_namespace(name)
@@ -140,6 +162,53 @@ class Daemon:
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("tiermem serving on %s (metrics on %s)", self.address, self.metrics_address or "-")
+
+    def _build_agent_memory(self, data_dir: Path) -> None:
+        """Sessions, the write-back scratchpad and the operator registry (DESIGN.md §6)."""
+        agent = self.config.agent
+        self.sessions = SessionService(agent.sessions, self.store, self.metrics)
+        self.objects.guard = SessionGuard(self.sessions)
+        self.embedder = make_embedder(agent.scratch.embedder)
+        self.memory_index = FaissMemoryIndex(self.embedder.dim)
+        self.scratch = ScratchService(
+            agent.scratch,
+            self.store.catalog.rocks,
+            data_dir / "scratch-log",
+            self.sessions,
+            self.embedder,
+            self.memory_index,
+            self.metrics,
+        )
+        self.sessions.cleanup.register(self.scratch)
+        scratch, sessions = self.scratch, self.sessions
+        self.metrics.writeback_records.set_function(lambda: scratch.buffered()[0])
+        self.metrics.writeback_bytes.set_function(lambda: scratch.buffered()[1])
+        self.metrics.sessions_open.set_function(lambda: len(sessions.open_ids()))
+        self.sessions.result_sink = self.scratch
+        registry = OperatorRegistry()
+        register_builtins(registry)
+        if agent.operators.entry_points:
+            registry.load_entry_points()
+        services = {
+            "scratch": self.scratch,
+            "indexes": {"scratch": self.memory_index},
+            "embedder": self.embedder,
+        }
+        self.operators = OperatorRunner(
+            agent.operators, registry, self.sessions, services, self.metrics
+        )
+
+    def _recover_agent_memory(self) -> None:
+        self.sessions.load()
+        self.scratch.recover(self.sessions.known_ids(), self.sessions.open_ids())
+        self.sessions.finish_interrupted()
+        self.scratch.start()
+        self._reaper = Periodic(
+            "tiermem-session-reaper",
+            self.config.agent.sessions.reap_interval_s,
+            self.sessions.reap_due,
+        )
+        self._reaper.start()
 
     def _start_grpc(self) -> None:
         cfg = self.config.server
@@ -162,6 +231,15 @@ class Daemon:
             dataplane_pb2_grpc.add_DataPlaneServiceServicer_to_server(
                 DataPlaneServicer(self.dataplane), server
             )
+        sessions_pb2_grpc.add_SessionServiceServicer_to_server(
+            SessionServicer(self.sessions), server
+        )
+        scratch_pb2_grpc.add_ScratchServiceServicer_to_server(
+            ScratchServicer(self.scratch, self.config.agent.scratch.replay_page_records), server
+        )
+        operators_pb2_grpc.add_OperatorServiceServicer_to_server(
+            OperatorServicer(self.operators), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -221,6 +299,10 @@ class Daemon:
             self.dataplane.stop()
         if self._background is not None:
             self._background.stop()
+        if self._reaper is not None:
+            self._reaper.stop()
+            self.scratch.stop()  # flushes what is buffered
+            self.operators.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

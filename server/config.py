@@ -196,6 +196,76 @@ class DataPlaneConfig(_Section):
         return self
 
 
+# -- agent memory: sessions, scratchpad, operators (issue 7) -----------------------------
+class SessionsConfig(_Section):
+    max_result_bytes: ByteSize = ByteSize(1024)
+    """Largest result record a closing session may hand its parent (bytes)."""
+    max_depth: int = Field(default=16, ge=1, le=1024)
+    """Deepest allowed session tree (a root is depth 0)."""
+    max_open: int = Field(default=100_000, ge=1)
+    """Most sessions open at once; Open beyond this is RESOURCE_EXHAUSTED."""
+    reap_interval_s: float = Field(default=0.5, gt=0)
+    """Seconds between checks for sessions past their TTL or lease."""
+    max_grants: int = Field(default=64, ge=0)
+    """Most read-only grants one session may hold."""
+
+
+class ScratchConfig(_Section):
+    mode: Literal["write_back", "write_through"] = "write_back"
+    """write_back: buffer and flush in batches. write_through: every record is written,
+    synced and indexed on its own (the baseline the write-back is measured against)."""
+    flush_records: int = Field(default=4096, ge=1)
+    """Flush once this many records are buffered."""
+    flush_bytes: ByteSize = ByteSize(4 * MiB)
+    """Flush once the buffered records hold this many payload bytes."""
+    flush_interval_s: float = Field(default=1.0, gt=0)
+    """Timer: flush buffered records at least this often (seconds)."""
+    flush_on_session_close: bool = False
+    """Flush when a child session closes, so its result record is in RocksDB and searchable
+    at once. Costs one write batch per close; the LOGGED result survives a crash either way."""
+    max_buffer_bytes: ByteSize = ByteSize(64 * MiB)
+    """Hard limit of the DRAM buffer; appends wait for a flush beyond it (bytes)."""
+    buffered_window_ms: int = Field(default=100, ge=1, le=60_000)
+    """BUFFERED records reach the log within this window; a crash loses at most it (ms)."""
+    log_fsync_interval_ms: int = Field(default=50, ge=1, le=60_000)
+    """LOGGED records are fsynced in groups this often (ms); SYNC records wait for one."""
+    compression: Literal["zstd", "zlib", "none"] = "zstd"
+    """Codec of flushed batches (zstd falls back to zlib if zstandard is missing)."""
+    max_record_bytes: ByteSize = ByteSize(256 * 1024)
+    """Largest payload of one record (bytes)."""
+    max_tags: int = Field(default=32, ge=0)
+    """Most tags on one record."""
+    embedder: Literal["auto", "hash", "minilm"] = "auto"
+    """Memory-index embedder: all-MiniLM-L6-v2 when installed ("auto"), or hashed n-grams."""
+    replay_page_records: int = Field(default=512, ge=1, le=100_000)
+    """Records per Replay response message."""
+
+
+class OperatorsConfig(_Section):
+    workers: int = Field(default=4, ge=1, le=256)
+    """Threads running operator calls; calls beyond them wait, then time out."""
+    default_timeout_s: float = Field(default=5.0, gt=0)
+    """Time limit of a call that names none (seconds)."""
+    max_timeout_s: float = Field(default=60.0, gt=0)
+    """Largest time limit a call may ask for (seconds)."""
+    max_args_bytes: ByteSize = ByteSize(8 * MiB)
+    """Largest JSON argument document (bytes)."""
+    max_result_bytes: ByteSize = ByteSize(8 * MiB)
+    """Largest JSON result (bytes)."""
+    max_graph_edges: int = Field(default=2_000_000, ge=1)
+    """Most edges graph.shortest_path accepts: bounds its memory."""
+    max_grid_cells: int = Field(default=4_000_000, ge=1)
+    """Most cells grid.shortest_path accepts: bounds its memory."""
+    entry_points: bool = True
+    """Load third-party operators from the entry-point group "tiermem.operators"."""
+
+
+class AgentConfig(_Section):
+    sessions: SessionsConfig = SessionsConfig()
+    scratch: ScratchConfig = ScratchConfig()
+    operators: OperatorsConfig = OperatorsConfig()
+
+
 class Config(BaseSettings):
     """The daemon's whole configuration."""
 
@@ -218,6 +288,8 @@ class Config(BaseSettings):
     background: BackgroundConfig = BackgroundConfig()
     cost: CostConfig = CostConfig()
     dataplane: DataPlaneConfig = DataPlaneConfig()
+    agent: AgentConfig = AgentConfig()
+    """Sessions, scratchpad write-back and operators."""
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> Config:

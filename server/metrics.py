@@ -63,7 +63,21 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
     "level": frozenset({"high", "low"}),
     "outcome": frozenset({"loaded", "purged_volatile", "missing_segment"}),
     "reason": frozenset(
-        {"records", "bytes", "key_node", "explicit", "session_close", "timer", "shutdown"}
+        {
+            "records",
+            "bytes",
+            "key_node",
+            "explicit",
+            "session_close",
+            "timer",
+            "shutdown",
+            "recovery",
+            "client",
+            "CLIENT",
+            "EXPIRED",
+            "ABANDONED",
+            "PARENT_CLOSED",
+        }
     ),
     # data plane
     "mode": frozenset({"read", "write"}),
@@ -307,11 +321,12 @@ class Metrics:
             "tiermem_sessions_opened", "Sessions opened (root and child).", registry=r
         )
         self.sessions_closed = Counter(
-            "tiermem_sessions_closed", "Sessions closed (explicitly or by expiry).", registry=r
-        )
+            "tiermem_sessions_closed", "Sessions closed, by reason (CLIENT, EXPIRED, ABANDONED, "
+            "PARENT_CLOSED).", ["reason"], registry=r,
+        )  # fmt: skip
         self.session_reclaimed_bytes = Counter(
-            "tiermem_session_reclaimed_bytes",
-            "Bytes freed by closing sessions, by tier and kind.", ["tier", "kind"], registry=r,
+            "tiermem_session_reclaimed_bytes", "Bytes freed by closing sessions, by tier.",
+            ["tier"], registry=r,
         )  # fmt: skip
         # -- operators (issue 7) ---------------------------------------------------------
         self.operator_invocations = Counter(
@@ -349,6 +364,25 @@ class Metrics:
         )  # fmt: skip
         self.bulk_connections = Gauge(
             "tiermem_bulk_connections", "Bulk-channel connections open.", registry=r
+        )
+
+        # -- agent memory: what the sessions and scratchpad add (issue 7) ----------------
+        self.session_ledger_bytes = Counter(
+            "tiermem_session_ledger_bytes", "Result bytes children appended to their parents.",
+            registry=r,
+        )  # fmt: skip
+        self.session_quota_refusals = Counter(
+            "tiermem_session_quota_refusals", "Puts refused by a session quota, per tier.",
+            ["tier"], registry=r,
+        )  # fmt: skip
+        self.scratch_appended = Counter(
+            "tiermem_scratch_appended_records", "Scratchpad records appended.", registry=r
+        )
+        self.scratch_write_batches = Counter(
+            "tiermem_scratch_write_batches", "RocksDB write batches of the scratchpad.", registry=r
+        )
+        self.scratch_index_updates = Counter(
+            "tiermem_scratch_index_updates", "Memory-index updates of the scratchpad.", registry=r
         )
 
     def count_read(self, kind: str, served_by: str | None, tiers: Sequence[str]) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import grpc
 
-from tiermem.server.api.convert import put_spec
+from tiermem.server.api.convert import acting_session, put_spec
 from tiermem.server.dataplane.identity import grpc_principal
 from tiermem.server.dataplane.plane import DataPlane
 from tiermem.server.dataplane.transfers import Ticket
@@ -58,7 +58,8 @@ class DataPlaneServicer(dataplane_pb2_grpc.DataPlaneServiceServicer):
     ) -> dataplane_pb2.ReserveResponse:
         shm = self._plane.shm
         ttl_s = shm.ttl_s(request.ttl_ms)
-        leases = shm.reserve(_owner(context), [put_spec(h) for h in request.objects], ttl_s)
+        caller = acting_session(context)
+        leases = shm.reserve(_owner(context), [put_spec(h, caller) for h in request.objects], ttl_s)
         info = shm.info()
         return dataplane_pb2.ReserveResponse(
             arena_id=info.arena_id if info is not None else "",
@@ -90,7 +91,9 @@ class DataPlaneServicer(dataplane_pb2_grpc.DataPlaneServiceServicer):
         shm = self._plane.shm
         ttl_s = shm.ttl_s(request.ttl_ms)
         keys = [key_from_proto(k) for k in request.keys]
-        grants = shm.lease(_owner(context), keys, ttl_s, int(request.inline_max_bytes))
+        grants = shm.lease(
+            _owner(context), keys, ttl_s, int(request.inline_max_bytes), acting_session(context)
+        )
         reply = dataplane_pb2.LeaseResponse(ttl_ms=int(ttl_s * 1000))
         info = shm.info()
         reply.arena_id = info.arena_id if info is not None else ""
@@ -117,7 +120,7 @@ class DataPlaneServicer(dataplane_pb2_grpc.DataPlaneServiceServicer):
     def BeginPut(
         self, request: dataplane_pb2.BeginPutRequest, context: grpc.ServicerContext
     ) -> dataplane_pb2.Ticket:
-        specs = [put_spec(h) for h in request.objects]
+        specs = [put_spec(h, acting_session(context)) for h in request.objects]
         ticket = self._plane.transfers.begin_put(_owner(context), specs)
         return _ticket(ticket, self._plane.transfers.address)
 
@@ -126,7 +129,7 @@ class DataPlaneServicer(dataplane_pb2_grpc.DataPlaneServiceServicer):
     ) -> dataplane_pb2.Ticket:
         keys = [key_from_proto(k) for k in request.keys]
         ticket = self._plane.transfers.begin_get(
-            _owner(context), keys, int(request.inline_max_bytes)
+            _owner(context), keys, int(request.inline_max_bytes), acting_session(context)
         )
         return _ticket(ticket, self._plane.transfers.address)
 

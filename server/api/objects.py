@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from tiermem.server.api.convert import optional_kind, put_spec
+from tiermem.server.api.convert import acting_session, optional_kind, put_spec
 from tiermem.server.errors import InvalidArgument
 from tiermem.server.protoconv import key_from_proto, meta_to_proto
 from tiermem.server.services.objects import ObjectService
@@ -34,14 +34,16 @@ class ObjectServicer(object_pb2_grpc.ObjectServiceServicer):
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("part") != "header":
             raise InvalidArgument("the first message of a Put stream must be its header")
-        spec = put_spec(first.header)
+        spec = put_spec(first.header, acting_session(context))
         meta = self._objects.put(spec, _chunks(request_iterator))
         return object_pb2.PutResponse(meta=meta_to_proto(meta))
 
     def Get(
         self, request: object_pb2.GetRequest, context: grpc.ServicerContext
     ) -> Iterator[object_pb2.GetResponse]:
-        reader = self._objects.read(key_from_proto(request.key), request.offset, request.length)
+        reader = self._objects.read(
+            key_from_proto(request.key), request.offset, request.length, acting_session(context)
+        )
         try:
             yield object_pb2.GetResponse(meta=meta_to_proto(reader.meta))
             for chunk in reader.chunks(self._chunk_bytes):
@@ -53,13 +55,13 @@ class ObjectServicer(object_pb2_grpc.ObjectServiceServicer):
     def Stat(
         self, request: object_pb2.StatRequest, context: grpc.ServicerContext
     ) -> object_pb2.StatResponse:
-        meta = self._objects.stat(key_from_proto(request.key))
+        meta = self._objects.stat(key_from_proto(request.key), acting_session(context))
         return object_pb2.StatResponse(meta=meta_to_proto(meta))
 
     def Delete(
         self, request: object_pb2.DeleteRequest, context: grpc.ServicerContext
     ) -> object_pb2.DeleteResponse:
-        freed = self._objects.delete(key_from_proto(request.key))
+        freed = self._objects.delete(key_from_proto(request.key), acting_session(context))
         return object_pb2.DeleteResponse(deleted=freed is not None, freed_bytes=freed or 0)
 
     def List(
@@ -72,6 +74,7 @@ class ObjectServicer(object_pb2_grpc.ObjectServiceServicer):
             request.session,
             request.page_size,
             request.page_token,
+            acting_session(context),
         )
         return object_pb2.ListResponse(
             objects=[meta_to_proto(m) for m in metas], next_page_token=token

@@ -236,16 +236,22 @@ class SharedMemoryPlane:
 
     # -- read: lease → read in place → release ----------------------------------------------
     def lease(
-        self, owner: str, keys: Sequence[ObjectKey], ttl_s: float, inline_max_bytes: int
+        self,
+        owner: str,
+        keys: Sequence[ObjectKey],
+        ttl_s: float,
+        inline_max_bytes: int,
+        caller: str = "",
     ) -> list[ReadGrant]:
-        """Read leases on objects (small values inline); all or none."""
+        """Read leases on objects (small values inline); all or none. ``caller`` is
+        the session the client acts as (what it may read is checked as for Get)."""
         arena = self._require_arena()
         self._check_batch(len(keys), "Lease")
         inline_max = min(inline_max_bytes or self._config.inline_max_bytes, self._inline_cap())
         opened: list[tuple[ObjectMeta, Region | None, bytes | None]] = []
         try:
             for key in keys:
-                opened.append(self._open_one(arena, key, inline_max))
+                opened.append(self._open_one(arena, key, inline_max, caller))
             regions = [region for _meta, region, _inline in opened if region is not None]
             granted = iter(self._leases.grant_many(owner, LeaseKind.READ, ttl_s, regions))
         except BaseException:
@@ -266,9 +272,9 @@ class SharedMemoryPlane:
         return int(self._config.inline_max_bytes)
 
     def _open_one(
-        self, arena: DramEngine, key: ObjectKey, inline_max: int
+        self, arena: DramEngine, key: ObjectKey, inline_max: int, caller: str
     ) -> tuple[ObjectMeta, Region | None, bytes | None]:
-        reader = self._objects.read(key)
+        reader = self._objects.read(key, caller=caller)
         size = reader.meta.size_bytes
         if size <= inline_max or size < arena.arena_min_bytes:
             try:

@@ -279,8 +279,11 @@ class BulkTransfers:
         return metas
 
     # -- get --------------------------------------------------------------------------
-    def begin_get(self, owner: str, keys: Sequence[ObjectKey], inline_max_bytes: int) -> Ticket:
-        """Open every object (read leases held until sent) and issue the ticket."""
+    def begin_get(
+        self, owner: str, keys: Sequence[ObjectKey], inline_max_bytes: int, caller: str = ""
+    ) -> Ticket:
+        """Open every object (read leases held until sent) and issue the ticket.
+        ``caller`` is the session the client acts as (checked as for Get)."""
         self._check_batch(len(keys), "BeginGet")
         inline_max = min(
             inline_max_bytes or self._config.inline_max_bytes, self._config.inline_max_bytes
@@ -289,7 +292,7 @@ class BulkTransfers:
         ticket.end = lambda: self._drop_gets(ticket)
         try:
             for key in keys:
-                reader = self._objects.read(key)
+                reader = self._objects.read(key, caller=caller)
                 size = reader.meta.size_bytes
                 if size <= inline_max:
                     try:

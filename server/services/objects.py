@@ -19,6 +19,7 @@ import time
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import xxhash
@@ -35,6 +36,7 @@ from tiermem.server.errors import (
     InvariantViolation,
     NotFound,
     OutOfRange,
+    PermissionDenied,
 )
 from tiermem.server.model import (
     Durability,
@@ -70,6 +72,7 @@ class PutSpec:
     session: str = ""
     checksum: tuple[int, int] | None = None  # (algorithm, value)
     if_absent: bool = False
+    caller: str = ""  # the session the client acts as ("" = a trusted tool)
 
 
 @dataclass(slots=True)
@@ -95,12 +98,43 @@ class ObjectRead:
             yield bytes(view[start : start + chunk_bytes])
 
 
+class ObjectGuard(Protocol):
+    """Extension point: who may put, read or delete what (the session service
+    installs one to enforce isolation and per-session quotas). Both methods are
+    called with the store lock held and refuse by raising a TiermemError;
+    a refused put has stored nothing."""
+
+    def check_put(
+        self, spec: PutSpec, tier: Tier, replaced: Entry | None, replaced_owner: str
+    ) -> None:
+        """A put of ``spec`` admitted to ``tier``, replacing ``replaced`` if set."""
+        ...
+
+    def check_access(self, meta: ObjectMeta, caller: str, write: bool) -> None:
+        """A caller acting as session ``caller`` (never "") reads or deletes ``meta``."""
+        ...
+
+
+class OpenAccess:
+    """The default guard: every put and access is allowed."""
+
+    def check_put(
+        self, spec: PutSpec, tier: Tier, replaced: Entry | None, replaced_owner: str
+    ) -> None:
+        return None
+
+    def check_access(self, meta: ObjectMeta, caller: str, write: bool) -> None:
+        return None
+
+
 class ObjectService:
     def __init__(self, store: Store, mover: Mover) -> None:
         self.store = store
         self.mover = mover
         self.catalog = store.catalog
         self._pressure = threading.Event()
+        #: Put/access checks (see ObjectGuard); replaced by the session service.
+        self.guard: ObjectGuard = OpenAccess()
 
     @property
     def pressure(self) -> threading.Event:
@@ -117,6 +151,9 @@ class ObjectService:
         if spec.tensor is not None:
             spec.tensor.checked(spec.size_bytes)
         validate_session(spec.session)
+        validate_session(spec.caller)
+        if spec.caller and not spec.session:
+            spec.session = spec.caller  # what a session puts, it owns
         if spec.profile.preferred_tier == Tier.REMOTE:
             raise InvalidArgument("preferred_tier REMOTE is not available on this daemon")
         if spec.checksum is not None and spec.checksum[0] not in (CHECKSUM_XXH3_64, CHECKSUM_CRC32):
@@ -312,9 +349,12 @@ class ObjectService:
             old = catalog.find(encoded)
             if old is not None and spec.if_absent:
                 raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
+            old_rec = catalog.record(encoded) if old is not None else None
+            self.guard.check_put(
+                spec, reservation.tier, old, old_rec.meta.session if old_rec is not None else ""
+            )
             batch = catalog.rocks.batch()
             if old is not None:
-                old_rec = catalog.record(encoded)
                 meta.version = (old_rec.meta.version if old_rec else 0) + 1
                 catalog.stage_removal(
                     batch, encoded, old_rec.meta.session if old_rec else "", old.expires_ms
@@ -341,13 +381,18 @@ class ObjectService:
         return meta
 
     # -- get / stat ---------------------------------------------------------------------
-    def read(self, key: ObjectKey, offset: int = 0, length: int = 0) -> ObjectRead:
+    def read(
+        self, key: ObjectKey, offset: int = 0, length: int = 0, caller: str = ""
+    ) -> ObjectRead:
         """Open an object for reading ``[offset, offset+length)`` (length 0 = to the end)."""
         encoded = key.encode()
         metas: list[ObjectMeta] = []
 
         def found(entry: Entry) -> None:
-            metas.append(self.catalog.meta(encoded, entry))
+            meta = self.catalog.meta(encoded, entry)
+            if caller:
+                self.guard.check_access(meta, caller, write=False)
+            metas.append(meta)
             self.catalog.touch(entry.row)
 
         tiers = self.store.tier_names()
@@ -367,29 +412,34 @@ class ObjectService:
         location = entry.loc if entry.tier in self.store.memory else -1
         return ObjectRead(meta, value.view[offset:end], value, entry.tier, location)
 
-    def get_bytes(self, key: ObjectKey) -> tuple[ObjectMeta, bytes]:
-        reader = self.read(key)
+    def get_bytes(self, key: ObjectKey, caller: str = "") -> tuple[ObjectMeta, bytes]:
+        reader = self.read(key, caller=caller)
         try:
             return reader.meta, bytes(reader.view)
         finally:
             reader.release()
 
-    def stat(self, key: ObjectKey) -> ObjectMeta:
+    def stat(self, key: ObjectKey, caller: str = "") -> ObjectMeta:
         encoded = key.encode()
         with self.store.lock:
             entry = self.catalog.find(encoded)
             if entry is None:
                 raise NotFound(f"object {key} not found")
-            return self.catalog.meta(encoded, entry)
+            meta = self.catalog.meta(encoded, entry)
+            if caller:
+                self.guard.check_access(meta, caller, write=False)
+            return meta
 
     # -- delete -------------------------------------------------------------------------
-    def delete(self, key: ObjectKey) -> int | None:
+    def delete(self, key: ObjectKey, caller: str = "") -> int | None:
         """Delete an object; returns the bytes freed, or None if it did not exist."""
         encoded = key.encode()
         with self.store.lock:
             entry = self.catalog.find(encoded)
             if entry is None:
                 return None
+            if caller:
+                self.guard.check_access(self.catalog.meta(encoded, entry), caller, write=True)
             freed = self.store.remove_locked(encoded, entry)
         if entry.durable and self.store.config.tiers.ssd.fsync:
             self.catalog.rocks.flush()
@@ -404,7 +454,9 @@ class ObjectService:
         session: str,
         page_size: int,
         page_token: str,
+        caller: str = "",
     ) -> tuple[list[ObjectMeta], str]:
+        """A page of objects; a caller acting as a session sees only what it may read."""
         validate_namespace(namespace)
         limit = self.store.config.limits.list_page_max
         if page_size > limit:
@@ -425,7 +477,10 @@ class ObjectService:
                     rec = self.catalog.record(encoded) if entry is not None else None
                     if entry is None or rec is None:
                         continue
-                    out.append(self.catalog.meta_from_record(rec, entry))
+                    meta = self.catalog.meta_from_record(rec, entry)
+                    if not self._visible(meta, caller):
+                        continue
+                    out.append(meta)
                 last = encoded
                 if len(out) >= page_size:
                     break
@@ -437,12 +492,24 @@ class ObjectService:
                     entry = self.catalog.find(encoded)
                     if entry is None:
                         continue
-                    out.append(self.catalog.meta_from_record(rec, entry))
+                    meta = self.catalog.meta_from_record(rec, entry)
+                    if not self._visible(meta, caller):
+                        continue
+                    out.append(meta)
                 last = encoded
                 if len(out) >= page_size:
                     break
         next_token = _encode_token(last) if len(out) >= page_size else ""
         return out, next_token
+
+    def _visible(self, meta: ObjectMeta, caller: str) -> bool:
+        if not caller:
+            return True
+        try:
+            self.guard.check_access(meta, caller, write=False)
+        except (NotFound, PermissionDenied):
+            return False
+        return True
 
 
 def _encode_token(encoded_key: bytes) -> str:

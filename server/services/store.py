@@ -84,18 +84,25 @@ class Store:
         """Delete an object everywhere (call with the lock held); returns its size.
         The record deletion is written without sync: callers that promised
         durability flush the WAL after releasing the lock."""
-        rec = self.catalog.record(encoded_key)
+        return self.remove_many_locked([(encoded_key, entry)])
+
+    def remove_many_locked(self, victims: list[tuple[bytes, Entry]]) -> int:
+        """Delete objects everywhere in ONE catalog write batch (call with the lock
+        held; e.g. everything a closing session owns); returns the bytes freed."""
         batch = self.catalog.rocks.batch()
-        self.catalog.stage_removal(
-            batch, encoded_key, rec.meta.session if rec is not None else "", entry.expires_ms
-        )
-        if entry.persisted:
-            self.ssd.release(encoded_key, entry.seg, entry.size, batch)
+        for encoded_key, entry in victims:
+            rec = self.catalog.record(encoded_key)
+            self.catalog.stage_removal(
+                batch, encoded_key, rec.meta.session if rec is not None else "", entry.expires_ms
+            )
+            if entry.persisted:
+                self.ssd.release(encoded_key, entry.seg, entry.size, batch)
         batch.commit(sync=False)
-        self.catalog.remove_row(encoded_key)
-        if entry.tier in self.memory:
-            self.leases.free(entry.tier, entry.loc, entry.size)
-        return entry.size
+        for encoded_key, entry in victims:
+            self.catalog.remove_row(encoded_key)
+            if entry.tier in self.memory:
+                self.leases.free(entry.tier, entry.loc, entry.size)
+        return sum(entry.size for _, entry in victims)
 
     def lease_memory(self, entry: Entry) -> ValueRead:
         """View of an in-memory copy under a read lease. Call with the lock held

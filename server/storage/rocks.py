@@ -29,6 +29,9 @@ COLUMN_FAMILIES: dict[str, str] = {
     "expiry": "big-endian u64 expiry unix ms + encoded-object-key -> empty (TTL index)",
     "namespaces": "namespace name -> creation time",
     "meta": "daemon bookkeeping (format version, id counters)",
+    "sessions": "session id -> tiermem.v1.SessionRecord (agent sessions)",
+    "session_ledger": "parent NUL u64-be seq -> tiermem.v1.LedgerRecord (context ledger)",
+    "scratch": "b session NUL u64-be id -> batch; k session NUL key -> keyed record",
 }
 
 

@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("name")
     q = ns_sub.add_parser("ls")
     _client_args(q)
+
+    from tiermem.cli.agent import add_parsers
+
+    add_parsers(sub, _client_args)
     return parser
 
 
@@ -133,10 +137,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tiermem.cli.config_show import run_config_show
 
         return run_config_show(args)
+    from tiermem.cli import agent
     from tiermem.cli.commands import run
     from tiermem.client.errors import TiermemClientError
 
     try:
+        if args.command in agent.COMMANDS:
+            return agent.run(args)
         return run(args)
     except TiermemClientError as exc:
         rid = f" (request id {exc.request_id})" if exc.request_id else ""

@@ -1,0 +1,730 @@
+"""The scratchpad service: append, replay, flush and query agent records.
+
+Write-back (``agent.scratch.mode = "write_back"``, the default)::
+
+  append ──▶ DRAM buffer ──(LOGGED/SYNC: frame written to the group-commit log
+     │        │               before the ack; SYNC waits for the group fsync)
+     │        └─ BUFFERED: written to the log by the log thread within
+     │           buffered_window_ms (a crash loses at most that window)
+     ▼
+  flush (records/bytes threshold, key-node record, client, session close,
+         timer, recovery, shutdown):
+     snapshot the buffer, rotate the log ─▶ dedup + merge ─▶ embed once
+     ─▶ ONE RocksDB write batch (per session: one compressed batch value;
+        keyed records overwrite their entry; the flushed-up-to id) synced
+     ─▶ ONE memory-index update ─▶ unlink the rotated log files
+
+Write-through (``"write_through"``): each record is embedded, written in its
+own synced RocksDB batch and added to the index on its own, in the caller's
+thread: the baseline that write-back is measured against.
+
+Records are readable (Replay) from the moment they are acknowledged; the
+semantic Query sees flushed records. Closing a session drops its buffered and
+stored records and their index entries (``drop_session``).
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tiermem.server.config import ScratchConfig
+from tiermem.server.embedding.base import Embedder
+from tiermem.server.errors import CapacityExceeded, FailedPrecondition, Unavailable
+from tiermem.server.metrics import Metrics
+from tiermem.server.model import Tier
+from tiermem.server.scratch.batching import plan_batch
+from tiermem.server.scratch.log import GroupCommitLog, frame
+from tiermem.server.scratch.memory_index import MemoryIndex
+from tiermem.server.scratch.records import (
+    Record,
+    RecordDurability,
+    RecordKind,
+    batch_count,
+    codec_id,
+    decode_batch,
+    encode_batch,
+    from_stored,
+    to_stored,
+    validate_record,
+    vector_of,
+)
+from tiermem.server.sessions.cleanup import Freed, Usage
+from tiermem.server.sessions.model import SessionState
+from tiermem.server.sessions.service import SessionService
+from tiermem.server.storage.rocks import RocksStore
+from tiermem.v1 import agent_records_pb2 as agent_pb2
+
+log = logging.getLogger(__name__)
+
+_ID = struct.Struct(">Q")
+_FLUSHED_UPTO = b"scratch.flushed_upto"
+CF = "scratch"
+#: How long an append waits for room in a full buffer before RESOURCE_EXHAUSTED.
+_BACKPRESSURE_WAIT_S = 30.0
+_SYNC_WAIT_S = 30.0
+
+
+@dataclass(slots=True)
+class NewRecord:
+    kind: int
+    payload: bytes
+    key: str = ""
+    tags: tuple[str, ...] = ()
+    key_node: bool = False
+    ts_ms: int = 0
+    durability: RecordDurability = RecordDurability.LOGGED
+
+
+@dataclass(slots=True)
+class ReplayFilter:
+    since_ms: int = 0
+    until_ms: int = 0
+    kinds: frozenset[int] = frozenset()
+    tags: frozenset[str] = frozenset()
+    key: str = ""
+    limit: int = 0
+    after_id: int = 0
+
+    def matches(self, r: Record) -> bool:
+        if r.id <= self.after_id or r.ts_ms < self.since_ms:
+            return False
+        if self.until_ms and r.ts_ms >= self.until_ms:
+            return False
+        if self.kinds and r.kind not in self.kinds:
+            return False
+        if self.tags and self.tags.isdisjoint(r.tags):
+            return False
+        return not self.key or r.key == self.key
+
+
+@dataclass(slots=True)
+class FlushReport:
+    records: int = 0
+    deduplicated: int = 0
+    merged: int = 0
+    stored_bytes: int = 0
+
+
+@dataclass(slots=True)
+class _SessionScratch:
+    buffered_records: int = 0
+    buffered_bytes: int = 0
+    stored_records: int = 0
+    stored_bytes: int = 0
+
+
+@dataclass(slots=True)
+class ScratchStats:
+    buffered_records: int = 0
+    buffered_bytes: int = 0
+    unlogged_records: int = 0
+    stored_records: int = 0
+    stored_bytes: int = 0
+    appended_records: int = 0
+    flushes: int = 0
+    write_batches: int = 0
+    index_updates: int = 0
+    deduplicated: int = 0
+    merged: int = 0
+    flushes_by_reason: dict[str, int] = field(default_factory=dict)
+    embedder: str = ""
+    mode: str = ""
+    index_bytes: int = 0
+
+
+def _blob_key(session: str, first_id: int) -> bytes:
+    return b"b" + session.encode() + b"\x00" + _ID.pack(first_id)
+
+
+def _keyed_key(session: str, key: str) -> bytes:
+    return b"k" + session.encode() + b"\x00" + key.encode()
+
+
+def _session_of(raw_key: bytes) -> str:
+    return raw_key[1:].split(b"\x00", 1)[0].decode()
+
+
+class ScratchService:
+    name = "scratch"  # as a session-cleanup hook
+
+    def __init__(
+        self,
+        config: ScratchConfig,
+        rocks: RocksStore,
+        log_dir: Path,
+        sessions: SessionService,
+        embedder: Embedder,
+        index: MemoryIndex,
+        metrics: Metrics,
+    ) -> None:
+        self.config = config
+        self.rocks = rocks
+        self.sessions = sessions
+        self.embedder = embedder
+        self.index = index
+        self.metrics = metrics
+        self.write_back = config.mode == "write_back"
+        self._codec = codec_id(config.compression)
+        self._log = GroupCommitLog(log_dir)
+        self._lock = threading.Lock()
+        self._space = threading.Condition(self._lock)
+        self._flush_lock = threading.Lock()
+        self._buffer: list[Record] = []
+        self._unlogged: list[Record] = []
+        self._flushing: list[Record] = []
+        self._buffer_bytes = 0
+        self._buffer_since = 0.0  # monotonic time the oldest buffered record arrived
+        self._per_session: dict[str, _SessionScratch] = {}
+        self._keyed: dict[tuple[str, str], tuple[int, int]] = {}  # -> (id, stored bytes)
+        self._next_id = 1
+        self._flushed_upto = 0
+        self._stats = ScratchStats(embedder=embedder.name, mode=config.mode)
+        self._flush_reason: str | None = None
+        self._flush_wake = threading.Event()
+        self._log_wake = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self) -> None:
+        for name, target in (("scratch-log", self._log_loop), ("scratch-flush", self._flush_loop)):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        """Flush what is buffered (reason "shutdown"), stop the threads, close the log."""
+        self._stop.set()
+        self._flush_wake.set()
+        self._log_wake.set()
+        for t in self._threads:
+            t.join(timeout=30)
+        self.flush("shutdown")
+        self._log.close()
+
+    # -- append ------------------------------------------------------------------------
+    def append(self, session: str, records: list[NewRecord], caller: str = "") -> tuple[int, int]:
+        """Append records to ``session``; returns (first id, count). Acknowledged
+        records are as durable as their ``durability`` says (module docstring)."""
+        if not records:
+            return 0, 0
+        self.sessions.check_scratch_write(caller, session)
+        self.sessions.require_open(session)
+        cfg = self.config
+        for r in records:
+            validate_record(r.kind, r.key, r.payload, r.tags, cfg.max_record_bytes, cfg.max_tags)
+        self.sessions.touch(session)
+        return self._append_checked(session, records)
+
+    def append_result(self, parent: str, child: str, payload: bytes) -> int:
+        """A closing child's result (the session service's ResultSink)."""
+        first, _ = self._append_checked(
+            parent,
+            [
+                NewRecord(
+                    RecordKind.RESULT,
+                    payload,
+                    tags=("result", f"child:{child}"),
+                    durability=RecordDurability.LOGGED,
+                )
+            ],
+        )
+        return first
+
+    def _append_checked(self, session: str, records: list[NewRecord]) -> tuple[int, int]:
+        now = int(time.time() * 1000)
+        if not self.write_back:
+            return self._append_write_through(session, records, now)
+        sync = False
+        with self._lock:
+            self._wait_for_room()
+            self._still_open(session)
+            first = self._next_id
+            logged: list[agent_pb2.StoredRecord] = []
+            st = self._per_session.setdefault(session, _SessionScratch())
+            key_node = False
+            for r in records:
+                rec = Record(
+                    id=self._next_id,
+                    session=session,
+                    ts_ms=r.ts_ms or now,
+                    kind=int(r.kind),
+                    key=r.key,
+                    payload=r.payload,
+                    tags=tuple(r.tags),
+                    key_node=r.key_node,
+                    durability=r.durability,
+                )
+                self._next_id += 1
+                if not self._buffer:
+                    self._buffer_since = time.monotonic()
+                self._buffer.append(rec)
+                size = rec.size
+                self._buffer_bytes += size
+                st.buffered_records += 1
+                st.buffered_bytes += size
+                key_node = key_node or r.key_node
+                if r.durability == RecordDurability.BUFFERED:
+                    self._unlogged.append(rec)
+                else:
+                    logged.append(to_stored(rec))
+                    sync = sync or r.durability == RecordDurability.SYNC
+            position = self._log.write(frame(logged)) if logged else None
+            self._stats.appended_records += len(records)
+            reason = None
+            if key_node:
+                reason = "key_node"
+            elif len(self._buffer) >= self.config.flush_records:
+                reason = "records"
+            elif self._buffer_bytes >= self.config.flush_bytes:
+                reason = "bytes"
+        self.metrics.scratch_appended.inc(len(records))
+        if reason is not None:
+            self.request_flush(reason)
+        if sync and position is not None:
+            self._log_wake.set()
+            if not self._log.wait_synced(*position, _SYNC_WAIT_S):
+                raise Unavailable("the scratchpad log did not fsync within 30 s; retry")
+        return first, len(records)
+
+    def _still_open(self, session: str) -> None:
+        """Re-check under the lock: a close marks the session CLOSING before it
+        drops the session's records under this lock, so nothing slips in between."""
+        s = self.sessions.get(session)
+        if s is None or s.state != SessionState.OPEN:
+            raise FailedPrecondition(f"session {session!r} is closing or closed")
+
+    def _wait_for_room(self) -> None:
+        """Backpressure (call with the lock held): wait while the buffer is full."""
+        deadline = time.monotonic() + _BACKPRESSURE_WAIT_S
+        while self._buffer_bytes >= self.config.max_buffer_bytes:
+            self._flush_reason = self._flush_reason or "bytes"
+            self._flush_wake.set()
+            left = deadline - time.monotonic()
+            if left <= 0 or self._stop.is_set():
+                raise CapacityExceeded(
+                    f"the scratchpad buffer holds {self._buffer_bytes} bytes "
+                    f"(agent.scratch.max_buffer_bytes = {self.config.max_buffer_bytes}) and "
+                    "flushing did not make room in time; retry later"
+                )
+            self._space.wait(min(left, 0.5))
+
+    def _append_write_through(
+        self, session: str, records: list[NewRecord], now: int
+    ) -> tuple[int, int]:
+        with self._lock:
+            self._still_open(session)
+            first = self._next_id
+            batch = [
+                Record(
+                    id=first + i,
+                    session=session,
+                    ts_ms=r.ts_ms or now,
+                    kind=int(r.kind),
+                    key=r.key,
+                    payload=r.payload,
+                    tags=tuple(r.tags),
+                    key_node=r.key_node,
+                    durability=RecordDurability.SYNC,
+                )
+                for i, r in enumerate(records)
+            ]
+            self._next_id += len(records)
+            self._stats.appended_records += len(records)
+            self._per_session.setdefault(session, _SessionScratch())
+        self.metrics.scratch_appended.inc(len(records))
+        with self._flush_lock:
+            for rec in batch:
+                self._commit([rec], "write_through")
+        return first, len(records)
+
+    # -- flush -------------------------------------------------------------------------
+    def buffered(self) -> tuple[int, int]:
+        """(records, payload bytes) waiting in the write-back buffer."""
+        return len(self._buffer), self._buffer_bytes
+
+    def request_flush(self, reason: str) -> None:
+        """Ask the flusher thread for a flush (asynchronous)."""
+        if reason == "session_close" and not self.config.flush_on_session_close:
+            return
+        with self._lock:
+            if self._flush_reason is None:
+                self._flush_reason = reason
+        self._flush_wake.set()
+
+    def flush(self, reason: str = "client") -> FlushReport:
+        """Write everything buffered now; returns what was written."""
+        if not self.write_back:
+            return FlushReport()
+        with self._flush_lock:
+            with self._lock:
+                self._flush_reason = None
+                if not self._buffer:
+                    return FlushReport()
+                if self._unlogged:  # keep every snapshot record in the rotated log
+                    self._log.write(frame([to_stored(r) for r in self._unlogged]))
+                    self._unlogged = []
+                snapshot, self._buffer, self._buffer_bytes = self._buffer, [], 0
+                self._flushing = snapshot
+                self._log.rotate()
+                current_log = self._log.current_seq
+                self._space.notify_all()
+            try:
+                report = self._commit(snapshot, reason)
+            finally:
+                with self._lock:
+                    self._flushing = []
+            self._log.remove_before(current_log)
+            return report
+
+    def _commit(self, records: list[Record], reason: str) -> FlushReport:
+        """Dedup/merge, embed, ONE synced RocksDB batch, ONE index update (flush lock held)."""
+        started = time.perf_counter()
+        plan = plan_batch(records)
+        kept = plan.records
+        vectors = (
+            self.embedder.embed([r.text() for r in kept])
+            if kept
+            else np.zeros((0, self.embedder.dim), np.float32)
+        )
+        half = vectors.astype(np.float16)
+        row_bytes = half.shape[1] * 2
+        packed = half.tobytes()
+        vec = [packed[i * row_bytes : (i + 1) * row_bytes] for i in range(len(kept))]
+        batch = self.rocks.batch()
+        groups: dict[str, list[int]] = {}
+        payloads: list[Mapping[str, Any]] = []
+        replaced_ids: list[int] = []
+        stored: dict[str, list[int]] = {}  # session -> [records, bytes]
+        keyed_updates: list[tuple[tuple[str, str], int, int]] = []
+        for i, r in enumerate(kept):
+            if r.key:
+                value = encode_batch([to_stored(r, vec[i])], self._codec)
+                raw_key = _keyed_key(r.session, r.key)
+                batch.put(CF, raw_key, value)
+                old = self._keyed.get((r.session, r.key))
+                acc = stored.setdefault(r.session, [0, 0])
+                if old is not None:
+                    replaced_ids.append(old[0])
+                    acc[1] -= old[1]
+                else:
+                    acc[0] += 1
+                acc[1] += len(value)
+                keyed_updates.append(((r.session, r.key), r.id, len(value)))
+                payloads.append(_payload(r, raw_key))
+            else:
+                groups.setdefault(r.session, []).append(i)
+                payloads.append({})  # filled below, once the batch key is known
+        for session, idxs in groups.items():
+            raw_key = _blob_key(session, kept[idxs[0]].id)
+            value = encode_batch([to_stored(kept[i], vec[i]) for i in idxs], self._codec)
+            batch.put(CF, raw_key, value)
+            acc = stored.setdefault(session, [0, 0])
+            acc[0] += len(idxs)
+            acc[1] += len(value)
+            for i in idxs:
+                payloads[i] = _payload(kept[i], raw_key)
+        top = max(r.id for r in records)
+        self._flushed_upto = max(self._flushed_upto, top)
+        batch.put("meta", _FLUSHED_UPTO, _ID.pack(self._flushed_upto))
+        batch.commit(sync=True)
+        if kept:
+            ids = np.fromiter((r.id for r in kept), dtype=np.int64, count=len(kept))
+            self.index.add_batch(ids, vectors, payloads)
+            if replaced_ids:
+                self.index.remove(replaced_ids)
+        stored_bytes = sum(v[1] for v in stored.values())
+        with self._lock:
+            for key, rid, nbytes in keyed_updates:
+                self._keyed[key] = (rid, nbytes)
+            for r in records:
+                st = self._per_session.get(r.session)
+                if st is not None and st.buffered_records:
+                    st.buffered_records -= 1
+                    st.buffered_bytes -= r.size
+            for session, (n, nbytes) in stored.items():
+                st = self._per_session.setdefault(session, _SessionScratch())
+                st.stored_records += n
+                st.stored_bytes += nbytes
+            s = self._stats
+            s.flushes += 1
+            s.write_batches += 1
+            s.index_updates += 1 if kept else 0
+            s.deduplicated += plan.deduplicated
+            s.merged += plan.merged
+            s.flushes_by_reason[reason] = s.flushes_by_reason.get(reason, 0) + 1
+        m = self.metrics
+        m.writeback_flushes.labels(reason).inc()
+        m.writeback_flushed_records.inc(len(kept))
+        m.scratch_write_batches.inc()
+        if kept:
+            m.scratch_index_updates.inc()
+        m.writeback_deduplicated.inc(plan.deduplicated)
+        m.writeback_merged.inc(plan.merged)
+        m.writeback_flush_seconds.observe(time.perf_counter() - started)
+        return FlushReport(len(kept), plan.deduplicated, plan.merged, max(stored_bytes, 0))
+
+    # -- background threads --------------------------------------------------------
+    def _log_loop(self) -> None:
+        interval_s = min(self.config.buffered_window_ms, self.config.log_fsync_interval_ms) / 1000
+        while not self._stop.is_set():
+            self._log_wake.wait(interval_s)
+            self._log_wake.clear()
+            try:
+                self.write_unlogged()
+                self._log.sync()
+            except Exception:
+                log.exception("scratchpad log write failed")
+
+    def write_unlogged(self) -> None:
+        """Write BUFFERED records to the log (the log thread does this every window)."""
+        with self._lock:
+            if self._unlogged:
+                self._log.write(frame([to_stored(r) for r in self._unlogged]))
+                self._unlogged = []
+
+    def _flush_loop(self) -> None:
+        interval_s = self.config.flush_interval_s
+        while not self._stop.is_set():
+            self._flush_wake.wait(min(interval_s, 0.25))
+            self._flush_wake.clear()
+            if self._stop.is_set():
+                return
+            with self._lock:
+                reason = self._flush_reason
+                due = time.monotonic() - self._buffer_since >= interval_s
+                if reason is None and self._buffer and due:
+                    reason = "timer"
+            if reason is not None:
+                try:
+                    self.flush(reason)
+                except Exception:
+                    log.exception("scratchpad flush (%s) failed; records stay buffered", reason)
+
+    # -- read --------------------------------------------------------------------------
+    def replay(self, session: str, flt: ReplayFilter, caller: str = "") -> list[Record]:
+        """Records of ``session`` matching ``flt`` in id order (buffered ones included)."""
+        prefixes = self.sessions.scratch_prefixes(caller, session)
+        self.sessions.require_open(session)
+        found: dict[int, Record] = {}
+        if flt.key:
+            raw = self.rocks.get(CF, _keyed_key(session, flt.key))
+            values = [(b"k", raw)] if raw is not None else []
+        else:
+            prefix = session.encode() + b"\x00"
+            values = [(b"b", v) for _, v in self.rocks.scan(CF, b"b" + prefix)]
+            values += [(b"k", v) for _, v in self.rocks.scan(CF, b"k" + prefix)]
+        for _tag, value in values:
+            for msg in decode_batch(value, f"of session {session!r}"):
+                r = from_stored(msg)
+                found[r.id] = r
+        with self._lock:
+            pending = [r for r in (*self._flushing, *self._buffer) if r.session == session]
+        for r in pending:
+            found[r.id] = r
+        latest: dict[str, Record] = {}
+        out: list[Record] = []
+        for r in sorted(found.values(), key=lambda r: r.id):
+            if r.key:
+                latest[r.key] = r  # keyed records: only the newest version counts
+            else:
+                out.append(r)
+        out.extend(latest.values())
+        out.sort(key=lambda r: r.id)
+        result = [
+            r
+            for r in out
+            if flt.matches(r) and (prefixes is None or any(r.key.startswith(p) for p in prefixes))
+        ]
+        return result[: flt.limit] if flt.limit else result
+
+    def query(
+        self,
+        session: str,
+        text: str,
+        k: int,
+        kinds: Iterable[int] = (),
+        tags: Iterable[str] = (),
+        caller: str = "",
+    ) -> list[tuple[Record, float]]:
+        """The ``k`` flushed records of ``session`` closest in meaning to ``text``."""
+        prefixes = self.sessions.scratch_prefixes(caller, session)
+        self.sessions.require_open(session)
+        k = min(max(k, 1), 1000)
+        vector = self.embedder.embed([text])[0]
+        flt = {"session": session, "kinds": set(kinds), "tags": set(tags)}
+        hits = self.index.search(vector, k if prefixes is None else k * 4, flt)
+        values: dict[bytes, dict[int, Record]] = {}
+        out: list[tuple[Record, float]] = []
+        for hit in hits:
+            loc = hit.payload.get("loc")
+            if not isinstance(loc, bytes):
+                continue
+            if loc not in values:
+                raw = self.rocks.get(CF, loc)
+                values[loc] = (
+                    {}
+                    if raw is None
+                    else {
+                        int(m.id): from_stored(m)
+                        for m in decode_batch(raw, f"of session {session!r}")
+                    }
+                )
+            rec = values[loc].get(hit.id)
+            if rec is None:
+                continue
+            if prefixes is not None and not any(rec.key.startswith(p) for p in prefixes):
+                continue
+            out.append((rec, hit.score))
+            if len(out) >= k:
+                break
+        return out
+
+    # -- session cleanup hook ------------------------------------------------------------
+    def drop_session(self, session: str) -> Freed:
+        """Free the session's buffered and stored records and their index entries."""
+        with self._flush_lock:
+            with self._lock:
+                kept = [r for r in self._buffer if r.session != session]
+                dropped = [r for r in self._buffer if r.session == session]
+                self._buffer = kept
+                self._buffer_bytes -= sum(r.size for r in dropped)
+                self._unlogged = [r for r in self._unlogged if r.session != session]
+                st = self._per_session.pop(session, _SessionScratch())
+                for key in [k for k in self._keyed if k[0] == session]:
+                    del self._keyed[key]
+                self._space.notify_all()
+            prefix = session.encode() + b"\x00"
+            batch = self.rocks.batch()
+            ids: list[int] = []
+            for tag in (b"b", b"k"):
+                for raw_key, value in self.rocks.scan(CF, tag + prefix):
+                    batch.delete(CF, raw_key)
+                    ids.extend(int(m.id) for m in decode_batch(value, f"of session {session!r}"))
+            batch.commit(sync=False)
+            if ids:
+                self.index.remove(ids)
+        freed_dram = sum(r.size for r in dropped) + len(ids) * self._index_entry_bytes()
+        return Freed(
+            {Tier.DRAM: freed_dram, Tier.SSD: st.stored_bytes},
+            len(dropped) + st.stored_records,
+        )
+
+    def session_usage(self, session: str) -> Usage:
+        st = self._per_session.get(session)
+        if st is None:
+            return Usage()
+        index = st.stored_records * self._index_entry_bytes()
+        return Usage(
+            {
+                Tier.DRAM: (st.buffered_bytes + index, st.buffered_records),
+                Tier.SSD: (st.stored_bytes, st.stored_records),
+            }
+        )
+
+    def _index_entry_bytes(self) -> int:
+        return self.embedder.dim * 4 + 8 + 240
+
+    # -- stats -----------------------------------------------------------------------------
+    def stats(self) -> ScratchStats:
+        with self._lock:
+            s = self._stats
+            return ScratchStats(
+                buffered_records=len(self._buffer) + len(self._flushing),
+                buffered_bytes=self._buffer_bytes + sum(r.size for r in self._flushing),
+                unlogged_records=len(self._unlogged),
+                stored_records=sum(v.stored_records for v in self._per_session.values()),
+                stored_bytes=sum(v.stored_bytes for v in self._per_session.values()),
+                appended_records=s.appended_records,
+                flushes=s.flushes,
+                write_batches=s.write_batches,
+                index_updates=s.index_updates,
+                deduplicated=s.deduplicated,
+                merged=s.merged,
+                flushes_by_reason=dict(s.flushes_by_reason),
+                embedder=s.embedder,
+                mode=s.mode,
+                index_bytes=self.index.size_bytes(),
+            )
+
+    # -- start-up --------------------------------------------------------------------------
+    def recover(self, known_sessions: set[str], open_sessions: set[str]) -> int:
+        """Load stored records into the index, replay the log into the buffer, and
+        flush it. Records of sessions that are gone are deleted. Returns the
+        records recovered from the log."""
+        raw = self.rocks.get("meta", _FLUSHED_UPTO)
+        self._flushed_upto = _ID.unpack(raw)[0] if raw else 0
+        top = self._flushed_upto
+        orphans = self.rocks.batch()
+        ids: list[int] = []
+        vectors: list[np.ndarray[Any, Any]] = []
+        payloads: list[Mapping[str, Any]] = []
+        for raw_key, value in self.rocks.scan(CF):
+            session = _session_of(raw_key)
+            if session not in known_sessions:
+                orphans.delete(CF, raw_key)
+                continue
+            st = self._per_session.setdefault(session, _SessionScratch())
+            st.stored_records += batch_count(value)
+            st.stored_bytes += len(value)
+            for msg in decode_batch(value, f"of session {session!r}"):
+                r = from_stored(msg)
+                top = max(top, r.id)
+                if raw_key[:1] == b"k":
+                    self._keyed[(session, r.key)] = (r.id, len(value))
+                vec = vector_of(msg)
+                if vec is not None and len(vec) == self.embedder.dim:
+                    ids.append(r.id)
+                    vectors.append(vec)
+                    payloads.append(_payload(r, raw_key))
+        orphans.commit(sync=True)
+        if ids:
+            self.index.add_batch(np.asarray(ids, np.int64), np.stack(vectors), payloads)
+        replayed = 0
+        old_logs = self._log.existing()
+        for seq, path in old_logs:
+            if seq >= self._log.current_seq:
+                continue
+            for msg in GroupCommitLog.replay(path):
+                top = max(top, int(msg.id))
+                if msg.id <= self._flushed_upto or msg.session not in open_sessions:
+                    continue
+                r = from_stored(msg)
+                r.flushed = False
+                self._buffer.append(r)
+                self._buffer_bytes += r.size
+                st = self._per_session.setdefault(r.session, _SessionScratch())
+                st.buffered_records += 1
+                st.buffered_bytes += r.size
+                replayed += 1
+        self._buffer.sort(key=lambda r: r.id)
+        self._next_id = top + 1
+        if self._buffer:
+            self._buffer_since = time.monotonic()
+            self.flush("recovery")
+        self._log.remove_before(self._log.current_seq)
+        if replayed:
+            log.info("scratchpad: %d logged records recovered and flushed", replayed)
+        return replayed
+
+
+def _payload(r: Record, loc: bytes) -> dict[str, Any]:
+    return {"session": r.session, "kind": r.kind, "tags": frozenset(r.tags), "loc": loc}
+
+
+__all__ = [
+    "FlushReport",
+    "NewRecord",
+    "ReplayFilter",
+    "ScratchService",
+    "ScratchStats",
+]
