@@ -15,8 +15,12 @@ GRPC_TOOLS := grpcio-tools==1.78.0 mypy-protobuf==5.1.0
 TORCH  := torch==2.13.0
 PROTOS := $(wildcard proto/tiermem/v1/*.proto proto/tiermem/storage/v1/*.proto)
 PYTEST_ARGS ?=
+# lmcache lives in its own venv: it lowers grpcio, protobuf and numpy below ours.
+LMCACHE_VENV := .venv-lmcache
+LMCACHE_STAMP := $(LMCACHE_VENV)/.installed
+LMCACHE_CONSTRAINTS := tests/lmcache/constraints.txt
 
-.PHONY: venv serve test lint typecheck proto proto-check unit bench clean
+.PHONY: venv lmcache-venv serve test lint typecheck proto proto-check unit bench clean
 
 venv: $(STAMP)
 
@@ -26,6 +30,18 @@ $(STAMP): pyproject.toml
 	# CPU torch first (a local wheel here); the server extra's torch range is then satisfied.
 	$(BIN)/pip install -q $(TORCH)
 	$(BIN)/pip install -q -e '.[server,test]'
+	touch $@
+
+# lmcache 0.5.6 plus the tiermem client (editable, no extra deps) for the
+# LMCache integration tests and the LMCache peer of the benchmarks.
+lmcache-venv: $(LMCACHE_STAMP)
+
+$(LMCACHE_STAMP): $(LMCACHE_CONSTRAINTS) pyproject.toml
+	test -x $(LMCACHE_VENV)/bin/python || $(PYTHON) -m venv $(LMCACHE_VENV)
+	$(LMCACHE_VENV)/bin/pip install -q --upgrade pip
+	$(LMCACHE_VENV)/bin/pip install -q $(TORCH)
+	LMCACHE_TRACK_USAGE=false $(LMCACHE_VENV)/bin/pip install -q -c $(LMCACHE_CONSTRAINTS) lmcache
+	$(LMCACHE_VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
 $(PROTO_STAMP):
@@ -54,7 +70,7 @@ lint: venv
 serve: venv
 	$(BIN)/tiermem serve --data-dir ./tiermem-data
 
-test: venv lint proto-check
+test: venv lmcache-venv lint proto-check
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 unit: venv

@@ -16,6 +16,7 @@ from tiermem.client.errors import (
     TiermemClientError,
     UnavailableError,
 )
+from tiermem.client.kv import FetchedBlock, KvBlock, KvClient, KvScope, PrefixHit, StoredBlock
 from tiermem.client.sync import Client
 from tiermem.client.types import (
     AccessHint,
@@ -37,14 +38,20 @@ __all__ = [
     "ChecksumError",
     "Client",
     "Durability",
+    "FetchedBlock",
     "InvalidArgumentError",
     "Kind",
+    "KvBlock",
+    "KvClient",
+    "KvScope",
     "NotFoundError",
     "ObjectInfo",
     "PermissionDeniedError",
     "Precision",
+    "PrefixHit",
     "Profile",
     "Stats",
+    "StoredBlock",
     "Tier",
     "TierStats",
     "TiermemClientError",

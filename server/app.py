@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.interceptor import ServerInterceptor
+from tiermem.server.api.kv import KvServicer
 from tiermem.server.api.objects import ObjectServicer
 from tiermem.server.catalog.catalog import Catalog
 from tiermem.server.config import Config
@@ -31,6 +32,7 @@ from tiermem.server.model import Tier
 from tiermem.server.services.admin import AdminService
 from tiermem.server.services.background import BackgroundWorker
 from tiermem.server.services.expiry import Expirer
+from tiermem.server.services.kv import KvService
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.objects import ObjectService
 from tiermem.server.services.recovery import RecoveryReport, recover
@@ -40,13 +42,14 @@ from tiermem.server.tiers.base import MemoryTierEngine
 from tiermem.server.tiers.dram import DramEngine
 from tiermem.server.tiers.hbm import HbmEngine
 from tiermem.server.tiers.ssd import SsdEngine
-from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
+from tiermem.v1 import admin_pb2, admin_pb2_grpc, kv_pb2, kv_pb2_grpc, object_pb2, object_pb2_grpc
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
     object_pb2.DESCRIPTOR.services_by_name["ObjectService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    kv_pb2.DESCRIPTOR.services_by_name["KvService"].full_name,
 )
 
 
@@ -95,6 +98,7 @@ class Daemon:
         self.mover = Mover(self.store)
         self.objects = ObjectService(self.store, self.mover)
         self.admin = AdminService(self.store)
+        self.kv = KvService(self.store, self.objects, self.mover, cfg.kv)
         self.expirer = Expirer(self.store)
         self._start_grpc()
         self.recovery = recover(catalog, ssd)
@@ -129,6 +133,7 @@ class Daemon:
             ObjectServicer(self.objects, cfg.chunk_bytes), server
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(self.admin), server)
+        kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self.kv, cfg.chunk_bytes), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -119,6 +119,16 @@ class Metrics:
             "tiermem_recovery_seconds", "Time the last start-up recovery took.", registry=r
         )
 
+        # -- KV service (server/services/kv.py) ------------------------------------
+        self.kv_blocks = Counter(
+            "tiermem_kv_blocks", "KV blocks by operation (put, get, lookup, delete) and result.",
+            ["op", "result"], registry=r,
+        )  # fmt: skip
+        self.kv_codec_bytes = Counter(
+            "tiermem_kv_codec_bytes", "Bytes through the lossy KV codecs, before and after.",
+            ["codec", "form"], registry=r,
+        )  # fmt: skip
+
     def watch_state(self, snapshot: Callable[[], TierUsage]) -> None:
         """Register the scrape-time collector of tier and object gauges."""
         self.registry.register(_StateCollector(snapshot))

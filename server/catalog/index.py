@@ -100,6 +100,25 @@ class ObjectIndex:
             return self._overflow.get(encoded_key)
         return None
 
+    def find_many(self, encoded_keys: list[bytes]) -> npt.NDArray[np.int64]:
+        """Rows of many keys at once (-1 where absent). Per key only the hash and
+        one dict probe run in Python; splitting the 128-bit hashes and checking
+        the low halves are vectorised (the digest bytes are big-endian hi, lo)."""
+        if not encoded_keys:
+            return np.zeros(0, dtype=np.int64)
+        digest = xxhash.xxh3_128_digest
+        halves = np.frombuffer(b"".join([digest(k) for k in encoded_keys]), dtype=">u8")
+        his = halves[0::2].tolist()
+        table_get = self._rows.get
+        rows = np.array([table_get(h, -1) for h in his], dtype=np.int64)
+        hit = rows >= 0
+        bad = hit & (self.cols["check"][np.where(hit, rows, 0)] != halves[1::2])
+        rows[bad] = -1
+        if self._overflow:
+            for i in np.flatnonzero(rows < 0):
+                rows[i] = self._overflow.get(encoded_keys[i], -1)
+        return rows
+
     def insert(self, encoded_key: bytes) -> int:
         """Allocate a row for a key that is not present; columns are zeroed."""
         invariant(self.find(encoded_key) is None, "index insert of a present key")

@@ -32,6 +32,7 @@ from tiermem.server.errors import (
     Corrupted,
     FailedPrecondition,
     InvalidArgument,
+    InvariantViolation,
     NotFound,
     OutOfRange,
 )
@@ -69,6 +70,22 @@ class PutSpec:
     session: str = ""
     checksum: tuple[int, int] | None = None  # (algorithm, value)
     if_absent: bool = False
+    #: Codec the bytes are already encoded with ("" = raw). With a codec,
+    #: ``tensor`` describes the decoded value, so its size is not checked here.
+    codec: str = ""
+
+
+@dataclass(slots=True)
+class StagedPut:
+    """A put whose space is reserved (``ObjectService.stage``) and, after
+    ``receive``, filled and verified, but not yet visible. It must end in
+    ``finish`` (commit) or ``abort`` (space returned, nothing changed)."""
+
+    spec: PutSpec
+    profile: Profile
+    encoded: bytes
+    reservation: Reservation
+    checksum: int | None = None
 
 
 @dataclass(slots=True)
@@ -109,7 +126,7 @@ class ObjectService:
             raise InvalidArgument(
                 f"object is {spec.size_bytes} bytes; the limit is {limit} (limits.max_object_bytes)"
             )
-        if spec.tensor is not None:
+        if spec.tensor is not None and not spec.codec:
             spec.tensor.checked(spec.size_bytes)
         validate_session(spec.session)
         if spec.profile.preferred_tier == Tier.REMOTE:
@@ -123,22 +140,55 @@ class ObjectService:
 
     def put(self, spec: PutSpec, chunks: Iterable[bytes | memoryview]) -> ObjectMeta:
         """Store an object from its byte chunks; returns its metadata once committed."""
+        staged = self.stage(spec)
+        try:
+            self.receive(staged, chunks)
+        except BaseException:
+            self.abort(staged)
+            raise
+        meta = self.finish(staged)
+        if staged.profile.durability == Durability.DURABLE:
+            self.sync()
+        self.store.metrics.data_bytes.labels("grpc", "in").inc(spec.size_bytes)
+        return meta
+
+    def stage(self, spec: PutSpec) -> StagedPut:
+        """Validate a put and reserve its space in the admitted tier."""
         self.validate(spec)
         profile = spec.profile.resolved(spec.key.kind)
         durable = profile.durability == Durability.DURABLE
         if durable and not self.store.config.tiers.ssd.enabled:
             raise FailedPrecondition("DURABLE objects need the SSD tier, which is disabled")
         reservation = self._reserve(spec.size_bytes, profile)
+        return StagedPut(spec, profile, spec.key.encode(), reservation)
+
+    def receive(self, staged: StagedPut, chunks: Iterable[bytes | memoryview]) -> None:
+        """Copy the value's bytes into the reservation, hashing and verifying them."""
+        staged.checksum = self.receive_into(staged.spec, chunks, staged.reservation.buffer)
+
+    def finish(self, staged: StagedPut) -> ObjectMeta:
+        """Commit a received put: SSD copy if needed, then the catalog. On failure
+        the space is returned. DURABLE puts are acknowledged after ``sync()``."""
+        reservation, encoded = staged.reservation, staged.encoded
+        if staged.checksum is None:
+            raise InvariantViolation(f"finish of {staged.spec.key} before its bytes arrived")
+        durable = staged.profile.durability == Durability.DURABLE
         ssd_copy: SsdCopy | None = None
         location: int | None = None
-        encoded = spec.key.encode()
         try:
-            checksum = self._receive(spec, chunks, reservation.buffer)
             if reservation.tier == Tier.SSD or durable:
-                ssd_copy = self._write_ssd(encoded, reservation.buffer, checksum, durable)
+                ssd_copy = self._write_ssd(encoded, reservation.buffer, staged.checksum, durable)
             if reservation.tier in self.store.memory:
                 location = self.store.memory[reservation.tier].commit(reservation)
-            meta = self._commit(spec, profile, encoded, checksum, reservation, location, ssd_copy)
+            return self._commit(
+                staged.spec,
+                staged.profile,
+                encoded,
+                staged.checksum,
+                reservation,
+                location,
+                ssd_copy,
+            )
         except BaseException:
             if location is not None:
                 self.store.memory[reservation.tier].free(location, reservation.size)
@@ -147,10 +197,16 @@ class ObjectService:
             if ssd_copy is not None:
                 self.store.ssd.discard(encoded, ssd_copy)
             raise
-        if durable and self.store.config.tiers.ssd.fsync:
-            self.store.catalog.rocks.flush()  # group commit: syncs the WAL up to our batch
-        self.store.metrics.data_bytes.labels("grpc", "in").inc(spec.size_bytes)
-        return meta
+
+    def abort(self, staged: StagedPut) -> None:
+        """Give back a staged put's space; nothing stored changes."""
+        if staged.reservation.tier in self.store.memory:
+            self.store.memory[staged.reservation.tier].abort(staged.reservation)
+
+    def sync(self) -> None:
+        """Make committed DURABLE puts durable: sync the catalog WAL (group commit)."""
+        if self.store.config.tiers.ssd.fsync:
+            self.store.catalog.rocks.flush()
 
     def _reserve(self, size: int, profile: Profile) -> Reservation:
         states = self.store.tier_states()
@@ -181,9 +237,12 @@ class ObjectService:
             )
         )
 
-    def _receive(
+    def receive_into(
         self, spec: PutSpec, chunks: Iterable[bytes | memoryview], buffer: memoryview
     ) -> int:
+        """Copy exactly ``spec.size_bytes`` from ``chunks`` into ``buffer``; returns
+        the xxh3-64 of the bytes. Raises InvalidArgument on a short or long stream
+        and Corrupted if ``spec.checksum`` does not match."""
         size = spec.size_bytes
         hasher = xxhash.xxh3_64()
         crc = 0
@@ -239,6 +298,7 @@ class ObjectService:
             profile=profile,
             tier=reservation.tier,
             session=spec.session,
+            codec=spec.codec,
             tensor=spec.tensor,
             created_unix_ms=now_ms,
             accessed_unix_ms=now_ms,
