@@ -79,7 +79,14 @@ class Daemon:
         self._rocks = RocksStore(data_dir / "catalog")
         memory: dict[Tier, MemoryTierEngine] = {}
         if cfg.tiers.hbm.enabled:
-            memory[Tier.HBM] = HbmEngine(cfg.tiers.hbm.capacity_bytes, cfg.tiers.hbm.device)
+            hbm = cfg.tiers.hbm
+            memory[Tier.HBM] = HbmEngine(
+                hbm.capacity_bytes,
+                hbm.device,
+                kv_block_bytes=hbm.kv_block_bytes,
+                kv_pool_fraction=hbm.kv_pool_fraction,
+                staging_buffers=hbm.staging_buffers,
+            )
         if cfg.tiers.dram.enabled:
             dram = cfg.tiers.dram
             memory[Tier.DRAM] = DramEngine(dram.capacity_bytes, dram.arena_min_bytes, dram.prefault)
