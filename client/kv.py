@@ -13,7 +13,8 @@ without touching the rest.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,6 +107,8 @@ class FetchedBlock:
     codec: str = ""
     tier: Tier | None = None
     data: Any = None
+    size_bytes: int = 0
+    checksum: int = 0
 
     def tensor(self) -> Any:
         """The block as a torch tensor of its dtype and shape (shares ``data``)."""
@@ -119,6 +122,11 @@ class FetchedBlock:
         if not self.found:
             raise KeyError(f"chunk {self.chunk_hash.hex()} is not stored")
         return _wire.array_from(_info_of(self), self.data)
+
+
+#: ``allocate(header, index)``: a writable buffer of ``header.size_bytes`` for the
+#: block at ``index`` of the request, or None for a new bytearray.
+Allocator = Callable[[FetchedBlock, int], Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,32 +300,29 @@ class KvClient:
         chunk_hashes: Sequence[ChunkHash],
         *,
         out: Sequence[Any] | None = None,
+        allocate: Allocator | None = None,
         timeout_s: float | None = None,
     ) -> list[FetchedBlock]:
         """Read blocks in order; missing ones come back with ``found=False``.
-        ``out`` (optional, one per hash): writable buffers of exactly the block's
-        size (e.g. a pinned tensor's numpy view) to receive the bytes in place."""
+
+        Where the bytes land: ``out`` (one per hash) gives writable buffers of
+        exactly the block's size (e.g. a pinned tensor); or ``allocate`` is
+        called with each found block's header (``data`` None) and returns such a
+        buffer (or None for a new bytearray); by default a new bytearray."""
         if out is not None and len(out) != len(chunk_hashes):
             raise ValueError(f"out has {len(out)} buffers for {len(chunk_hashes)} chunk hashes")
+        if out is not None:
+            given = out
+
+            def allocate(block: FetchedBlock, index: int = -1) -> Any:
+                return given[index]
+
         hashes = _hashes(chunk_hashes)
         results: list[FetchedBlock] = []
         for start in range(0, len(hashes), MAX_BATCH_BLOCKS):
             part = hashes[start : start + MAX_BATCH_BLOCKS]
             request = kv_pb2.GetBlocksRequest(scope=self._scope(scope), chunk_hashes=part)
-            outs = None if out is None else list(out[start : start + MAX_BATCH_BLOCKS])
-            for info, data in self._get_payloads(request, outs, timeout_s):
-                results.append(
-                    FetchedBlock(
-                        chunk_hash=info.chunk_hash,
-                        found=info.found,
-                        dtype=info.tensor.dtype,
-                        shape=tuple(info.tensor.shape),
-                        memory_format=info.tensor.memory_format,
-                        codec=info.codec,
-                        tier=Tier(info.tier) if info.tier else None,
-                        data=data,
-                    )
-                )
+            results += self._get_payloads(request, allocate, start, timeout_s)
         return results
 
     def get_tensors(
@@ -329,32 +334,34 @@ class KvClient:
     def _get_payloads(
         self,
         request: kv_pb2.GetBlocksRequest,
-        out: list[Any] | None,
+        allocate: Allocator | None,
+        first_index: int,
         timeout_s: float | None,
-    ) -> list[tuple[kv_pb2.BlockInfo, Any]]:
-        """The data path of gets: one (BlockInfo, buffer) per requested hash, the
-        bytes copied straight into ``out[i]`` when given. Checks checksums."""
+    ) -> list[FetchedBlock]:
+        """The data path of gets: one FetchedBlock per requested hash, the bytes
+        copied straight into the buffer ``allocate`` gives. Checks checksums."""
 
-        def call(timeout: float) -> list[tuple[kv_pb2.BlockInfo, Any]]:
-            got: list[tuple[kv_pb2.BlockInfo, Any]] = []
+        def call(timeout: float) -> list[FetchedBlock]:
+            got: list[FetchedBlock] = []
             target: memoryview | None = None
             pos = 0
-            for msg in self._stub.GetBlocks(request, timeout=timeout, metadata=self._metadata):
+            stream = self._stub.GetBlocks(request, timeout=timeout, metadata=self._metadata)
+            for msg in stream:
                 if msg.WhichOneof("part") == "block":
                     self._check_complete(got, pos)
-                    info = msg.block
-                    if not info.found:
-                        got.append((info, None))
-                        target = None
-                        continue
-                    i = len(got)
-                    buf = bytearray(info.size_bytes) if out is None else out[i]
-                    target = _writable(buf, info.size_bytes, i)
-                    got.append((info, buf))
-                    pos = 0
+                    block = _fetched(msg.block)
+                    target, pos = None, 0
+                    if block.found:
+                        index = first_index + len(got)
+                        buf = None if allocate is None else allocate(block, index)
+                        if buf is None:
+                            buf = bytearray(block.size_bytes)
+                        target = _writable(buf, block.size_bytes, index)
+                        block = dataclasses.replace(block, data=buf)
+                    got.append(block)
                     continue
                 if target is None:
-                    raise ChecksumError("DATA_LOSS", "GetBlocks sent bytes before a block header")
+                    raise ChecksumError("DATA_LOSS", "GetBlocks sent bytes outside a found block")
                 n = len(msg.chunk)
                 target[pos : pos + n] = msg.chunk
                 pos += n
@@ -368,23 +375,23 @@ class KvClient:
             )
         return got
 
-    def _check_complete(self, got: list[tuple[kv_pb2.BlockInfo, Any]], pos: int) -> None:
-        if not got or got[-1][1] is None:
+    def _check_complete(self, got: list[FetchedBlock], pos: int) -> None:
+        if not got or not got[-1].found:
             return
-        info, buf = got[-1]
-        if pos != info.size_bytes:
+        block = got[-1]
+        if pos != block.size_bytes:
             raise ChecksumError(
-                "DATA_LOSS", f"block {info.chunk_hash.hex()} arrived with {pos} of "
-                f"{info.size_bytes} bytes",
+                "DATA_LOSS", f"block {block.chunk_hash.hex()} arrived with {pos} of "
+                f"{block.size_bytes} bytes",
             )  # fmt: skip
         if self.verify and _wire.HAVE_XXHASH:
             import xxhash
 
-            actual = xxhash.xxh3_64_intdigest(_writable(buf, info.size_bytes, -1))
-            if actual != info.checksum.value:
+            actual = xxhash.xxh3_64_intdigest(_writable(block.data, block.size_bytes, -1))
+            if actual != block.checksum:
                 raise ChecksumError(
-                    "DATA_LOSS", f"block {info.chunk_hash.hex()} arrived damaged "
-                    f"(checksum {actual:x}, expected {info.checksum.value:x})",
+                    "DATA_LOSS", f"block {block.chunk_hash.hex()} arrived damaged "
+                    f"(checksum {actual:x}, expected {block.checksum:x})",
                 )  # fmt: skip
 
     # -- lookup / prefetch / delete -------------------------------------------------------
@@ -432,6 +439,20 @@ class KvClient:
             timeout_s,
         )
         return int(reply.deleted), int(reply.freed_bytes)
+
+
+def _fetched(info: kv_pb2.BlockInfo) -> FetchedBlock:
+    return FetchedBlock(
+        chunk_hash=info.chunk_hash,
+        found=info.found,
+        dtype=info.tensor.dtype,
+        shape=tuple(info.tensor.shape),
+        memory_format=info.tensor.memory_format,
+        codec=info.codec,
+        tier=_TIER_BY_VALUE.get(info.tier),
+        size_bytes=info.size_bytes,
+        checksum=info.checksum.value,
+    )
 
 
 def _writable(buf: Any, size: int, index: int) -> memoryview:
