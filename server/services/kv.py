@@ -20,6 +20,7 @@ service, so placement, moves, leases and sessions work for them unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from binascii import hexlify
@@ -263,9 +264,8 @@ class KvService:
                 try:
                     staged.append(self._stage(scope, block, splitter, profile, session, codec))
                 except TiermemError as exc:
-                    exc.message = f"block #{i} ({block.chunk_hash.hex()}): {exc.message}"
-                    exc.args = (exc.message,)
-                    raise
+                    where = f"block #{i} ({block.chunk_hash.hex()}): "
+                    raise type(exc)(where + exc.message) from exc
             extra = splitter.extra_bytes()
             if extra:
                 raise InvalidArgument(
@@ -276,23 +276,14 @@ class KvService:
                 self.objects.abort(st)
             raise
         out: list[BlockStored] = []
-        try:
-            while staged:
-                st, result = staged.pop(0)
+        for k, (st, result) in enumerate(staged):
+            try:
                 meta = self.objects.finish(st)
-                out.append(
-                    BlockStored(
-                        result.chunk_hash,
-                        result.key,
-                        meta.tier,
-                        result.stored_bytes,
-                        result.codec,
-                        result.max_abs_error,
-                    )
-                )
-        finally:
-            for st, _ in staged:
-                self.objects.abort(st)
+            except BaseException:
+                for later, _ in staged[k + 1 :]:
+                    self.objects.abort(later)
+                raise
+            out.append(dataclasses.replace(result, tier=meta.tier))
         if profile.resolved(Kind.KV_BLOCK).durability == Durability.DURABLE:
             self.objects.sync()
         sent = sum(b.size_bytes for b in blocks)
