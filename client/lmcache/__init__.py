@@ -11,6 +11,11 @@ plugin for LMCache's in-process engine (LMCache >= 0.5). Configure it with::
       remote_storage_plugin.tiermem.namespace: default      # optional
       remote_storage_plugin.tiermem.salt: tenant-a          # optional
 
-Importing this package does not import lmcache; the ``connector`` module does.
+``tiermem.client.lmcache.l2_adapter.TiermemL2Adapter`` is an L2 adapter plugin
+for LMCache's multiprocess server (``lmcache server --l2-adapter '{"type":
+"plugin", ...}'``).
+
+Importing this package does not import lmcache; ``connector`` and
+``l2_adapter`` do.
 The pure key and metadata conversions live in ``convert`` (no lmcache needed).
 """

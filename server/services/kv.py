@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 import xxhash
 
 from tiermem.server.codecs import lossy
@@ -380,36 +381,45 @@ class KvService:
             )
 
     # -- lookup / prefetch ------------------------------------------------------------
-    def lookup_prefix(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefixHit:
-        """How many leading chunks of the chain are stored, and their tiers. One
-        lock hold and one vectorised index probe for the whole chain; no RocksDB."""
+    def _probe(
+        self, scope: KvScope, chunk_hashes: Sequence[bytes], limit: int, what: str
+    ) -> tuple[list[bytes], npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+        """Validate, then the chunks' catalog keys, index rows (-1 = absent) and
+        serving tiers, read under one lock hold with one vectorised index probe."""
         scope.checked()
-        check_hashes(chunk_hashes, self.config.max_chain_chunks, "LookupPrefix")
-        keys = scope.encoded_keys(chunk_hashes)
-        catalog = self.store.catalog
-        with self.store.lock:
-            catalog.namespace_id(scope.namespace)
-            rows = catalog.index.find_many(keys)
-            missing = np.flatnonzero(rows < 0)
-            n = int(missing[0]) if len(missing) else len(rows)
-            tiers = catalog.index.cols["tier"][rows[:n]].tolist()
-        self.store.metrics.kv_blocks.labels("lookup", "found").inc(n)
-        return PrefixHit(n, tiers)
-
-    def prefetch(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefetchReport:
-        """Keep the chunks in memory: refresh resident ones, promote the others."""
-        scope.checked()
-        check_hashes(chunk_hashes, self.config.max_batch_blocks, "Prefetch")
+        check_hashes(chunk_hashes, limit, what)
         keys = scope.encoded_keys(chunk_hashes)
         catalog = self.store.catalog
         with self.store.lock:
             catalog.namespace_id(scope.namespace)
             rows = catalog.index.find_many(keys)
             tiers = catalog.index.cols["tier"][np.maximum(rows, 0)]
-            memory = [int(t) for t in self.store.memory]
-            resident = (rows >= 0) & np.isin(tiers, memory)
-            for row in rows[resident]:
-                catalog.touch(int(row))
+        return keys, rows, tiers
+
+    def lookup_prefix(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefixHit:
+        """How many leading chunks of the chain are stored, and their tiers.
+        Answered from the in-memory index alone (no RocksDB read)."""
+        _, rows, tiers = self._probe(
+            scope, chunk_hashes, self.config.max_chain_chunks, "LookupPrefix"
+        )
+        missing = np.flatnonzero(rows < 0)
+        n = int(missing[0]) if len(missing) else len(rows)
+        self.store.metrics.kv_blocks.labels("lookup", "found").inc(n)
+        return PrefixHit(n, tiers[:n].tolist())
+
+    def prefetch(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefetchReport:
+        """Keep the chunks in memory: refresh resident ones, promote the others."""
+        keys, rows, tiers = self._probe(
+            scope, chunk_hashes, self.config.max_batch_blocks, "Prefetch"
+        )
+        memory = [int(t) for t in self.store.memory]
+        resident = (rows >= 0) & np.isin(tiers, memory)
+        with self.store.lock:
+            for i in np.flatnonzero(resident):
+                # re-find: the row may have been freed since the probe
+                entry = self.store.catalog.find(keys[int(i)])
+                if entry is not None:
+                    self.store.catalog.touch(entry.row)
         promoted = sum(
             1 for i in np.flatnonzero((rows >= 0) & ~resident) if self.promote(keys[int(i)])
         )

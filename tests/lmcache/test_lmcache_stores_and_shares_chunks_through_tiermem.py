@@ -56,3 +56,34 @@ def test_lmcache_round_trips_chunks_and_a_second_instance_finds_them(
 
     loaded = harness(lmcache_python, daemon.address, "load", seed=3)
     assert loaded["contains"] == CHUNKS and loaded["identical"] == CHUNKS
+
+
+L2_HARNESS = Path(__file__).with_name("l2_harness.py")
+
+
+def test_l2_adapter_stores_looks_up_and_loads_and_the_mp_server_loads_it(
+    lmcache_python: Path, daemon: Daemon
+) -> None:
+    env = {**os.environ, "LMCACHE_TRACK_USAGE": "false", "PYTHONPATH": ""}
+    server = subprocess.Popen(
+        [str(lmcache_python), str(L2_HARNESS), daemon.address, "server"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=HARNESS.parent,
+    )  # fmt: skip
+    try:
+        done = subprocess.run(
+            [str(lmcache_python), str(L2_HARNESS), daemon.address, "adapter"],
+            capture_output=True, text=True, timeout=300, env=env, cwd=HARNESS.parent,
+        )  # fmt: skip
+        out, err = server.communicate(timeout=300)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait(30)
+    assert done.returncode == 0, done.stderr[-6000:]
+    adapter = json.loads(done.stdout.strip().splitlines()[-1])
+    assert adapter["store_ok"] is True and adapter["bytes"] == 5 * 8192
+    assert adapter["found"] == [0, 1, 2, 4, 5]  # the hole at 3 is reported
+    assert adapter["loaded"] == [0, 1, 2, 4, 5] and adapter["identical"] == 5
+    assert server.returncode == 0, err[-6000:]
+    started = json.loads(out.strip().splitlines()[-1])
+    assert started == {"server_started": True, "failure": ""}
