@@ -34,28 +34,39 @@ MAX_BATCH_BLOCKS = 1024
 MAX_BATCH_BYTES = 256 << 20
 
 
+_U64 = 1 << 64
+_TIER_BY_VALUE: dict[int, Tier] = {int(t): t for t in Tier}
+
+
 def hash_bytes(chunk_hash: ChunkHash) -> bytes:
-    """Wire form of a chunk hash: bytes as they are; ints (LMCache's hashes,
-    possibly negative) as minimal signed big-endian, which is one-to-one."""
+    """Wire form of a chunk hash. Bytes go as they are; ints (LMCache's hashes)
+    in [0, 2^64) as 8 bytes big-endian, any other int as big-endian two's
+    complement of at least 9 bytes: one-to-one, and fixed-width for the usual
+    64-bit hashes so chains can be packed."""
     if isinstance(chunk_hash, bytes | bytearray):
         return bytes(chunk_hash)
     if not isinstance(chunk_hash, int):
         raise TypeError(f"chunk hash must be int or bytes, not {type(chunk_hash).__name__}")
-    length = (chunk_hash.bit_length() + 8) // 8
+    if 0 <= chunk_hash < _U64:
+        return chunk_hash.to_bytes(8, "big")
+    length = max(9, (chunk_hash.bit_length() + 8) // 8)
     return chunk_hash.to_bytes(length, "big", signed=True)
 
 
-_TIER_BY_VALUE: dict[int, Tier] = {int(t): t for t in Tier}
-
-
 def _hashes(chunk_hashes: Sequence[ChunkHash]) -> list[bytes]:
-    """``hash_bytes`` of many (the int case inlined: chains are long)."""
-    return [
-        h.to_bytes((h.bit_length() + 8) >> 3, "big", signed=True)
-        if type(h) is int
-        else hash_bytes(h)
-        for h in chunk_hashes
-    ]
+    """``hash_bytes`` of many."""
+    return [hash_bytes(h) for h in chunk_hashes]
+
+
+def _packed(chunk_hashes: Sequence[ChunkHash]) -> bytes | None:
+    """The chain as concatenated 8-byte hashes (one C call), or None when some
+    hash is not an int in [0, 2^64)."""
+    if not all(type(h) is int for h in chunk_hashes):
+        return None
+    try:
+        return np.asarray(chunk_hashes, dtype=">u8").tobytes()
+    except (OverflowError, ValueError, TypeError):
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,9 +410,15 @@ class KvClient:
         self, scope: KvScope, chunk_hashes: Sequence[ChunkHash], *, timeout_s: float | None = None
     ) -> PrefixHit:
         """How many leading chunks of the chain are stored, and on which tiers."""
-        request = kv_pb2.LookupPrefixRequest(
-            scope=self._scope(scope), chunk_hashes=_hashes(chunk_hashes)
-        )
+        packed = _packed(chunk_hashes)
+        if packed is not None:
+            request = kv_pb2.LookupPrefixRequest(
+                scope=self._scope(scope), packed_hashes=packed, hash_width=8
+            )
+        else:
+            request = kv_pb2.LookupPrefixRequest(
+                scope=self._scope(scope), chunk_hashes=_hashes(chunk_hashes)
+            )
         reply = self.transport.call(
             lambda t: self._stub.LookupPrefix(request, timeout=t, metadata=self._metadata),
             timeout_s,

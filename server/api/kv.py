@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import grpc
 
 from tiermem.server.errors import InvalidArgument
 from tiermem.server.protoconv import profile_from_proto, tensor_from_proto, tensor_to_proto
-from tiermem.server.services.kv import BlockPut, KvScope, KvService
+from tiermem.server.services.kv import BlockPut, KvScope, KvService, PackedHashes
 from tiermem.v1 import common_pb2, kv_pb2, kv_pb2_grpc
 
 
@@ -116,7 +116,12 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
     def LookupPrefix(
         self, request: kv_pb2.LookupPrefixRequest, context: grpc.ServicerContext
     ) -> kv_pb2.LookupPrefixResponse:
-        hit = self._kv.lookup_prefix(scope_from_proto(request.scope), request.chunk_hashes)
+        hashes: Sequence[bytes] = request.chunk_hashes
+        if request.packed_hashes or request.hash_width:
+            if request.chunk_hashes:
+                raise InvalidArgument("set either chunk_hashes or packed_hashes, not both")
+            hashes = PackedHashes(request.packed_hashes, request.hash_width)
+        hit = self._kv.lookup_prefix(scope_from_proto(request.scope), hashes)
         return kv_pb2.LookupPrefixResponse(
             stored_chunks=hit.stored_chunks,
             tiers=hit.tiers,  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ import re
 from binascii import hexlify
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -101,7 +102,40 @@ class KvScope:
     def encoded_keys(self, chunk_hashes: Sequence[bytes]) -> list[bytes]:
         """Catalog keys of the chunks (``ObjectKey.encode`` without the objects)."""
         base = ObjectKey(self.namespace, Kind.KV_BLOCK, self.key_prefix()).encode()
+        if isinstance(chunk_hashes, PackedHashes):
+            hexed, step = hexlify(chunk_hashes.packed), 2 * chunk_hashes.width
+            return [base + hexed[i : i + step] for i in range(0, len(hexed), step)]
         return [base + hexlify(h) for h in chunk_hashes]
+
+
+class PackedHashes(Sequence[bytes]):
+    """A chain of equal-width hashes kept as one buffer (LookupPrefix's packed
+    form); indexing yields the individual hashes."""
+
+    def __init__(self, packed: bytes, width: int) -> None:
+        if not 0 < width <= MAX_HASH_BYTES:
+            raise InvalidArgument(f"hash_width must be 1..{MAX_HASH_BYTES}, not {width}")
+        if len(packed) % width:
+            raise InvalidArgument(
+                f"packed_hashes is {len(packed)} bytes, not a multiple of hash_width {width}"
+            )
+        self.packed = packed
+        self.width = width
+
+    def __len__(self) -> int:
+        return len(self.packed) // self.width
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[bytes]: ...
+    def __getitem__(self, i: int | slice) -> bytes | Sequence[bytes]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        return self.packed[i * self.width : (i + 1) * self.width]
 
 
 def check_hashes(chunk_hashes: Sequence[bytes], limit: int, what: str) -> None:
@@ -109,6 +143,8 @@ def check_hashes(chunk_hashes: Sequence[bytes], limit: int, what: str) -> None:
         raise InvalidArgument(
             f"{len(chunk_hashes)} chunk hashes in one {what}; the limit is {limit}"
         )
+    if isinstance(chunk_hashes, PackedHashes):
+        return  # one width, checked on construction
     lengths = set(map(len, chunk_hashes))
     if not lengths or (min(lengths) > 0 and max(lengths) <= MAX_HASH_BYTES):
         return

@@ -1,9 +1,13 @@
 """LookupPrefix: leading stored chunks of a chain and their tiers; Prefetch."""
 
+import grpc
+import pytest
 import torch
 
 from tiermem.client import Client, KvBlock, KvScope, Profile, Tier
+from tiermem.client.kv import hash_bytes
 from tiermem.server.app import Daemon
+from tiermem.v1 import kv_pb2, kv_pb2_grpc
 
 SCOPE = KvScope("chain-model", dtype="float16")
 
@@ -59,3 +63,31 @@ def test_lookup_is_answered_from_the_index_without_catalog_reads(
     finally:
         rocks.get = real_get  # type: ignore[method-assign]
     assert calls == 0
+
+
+def test_packed_and_listed_chains_give_the_same_answer(client: Client) -> None:
+    chain = [7, 2**64 - 1, 0, 12345]
+    store(client, chain[:3])
+    packed = client.kv.lookup_prefix(SCOPE, chain)  # ints in [0, 2^64): sent packed
+    listed = client.kv.lookup_prefix(SCOPE, [hash_bytes(h) for h in chain])  # bytes: listed
+    assert packed == listed and packed.stored_chunks == 3
+    assert client.kv.lookup_prefix(SCOPE, [-1, *chain]).stored_chunks == 0  # not packable
+
+
+@pytest.mark.parametrize(
+    ("packed", "width", "listed"),
+    [(b"\0" * 12, 8, []), (b"\0" * 8, 0, []), (b"\0" * 65, 65, []), (b"\0" * 8, 8, [b"x"])],
+)
+def test_malformed_packed_chains_are_invalid_arguments(
+    client: Client, packed: bytes, width: int, listed: list[bytes]
+) -> None:
+    stub = kv_pb2_grpc.KvServiceStub(client.transport.channel)
+    request = kv_pb2.LookupPrefixRequest(
+        scope=kv_pb2.KvScope(namespace="default", model=SCOPE.model, world_size=1, dtype="float16"),
+        packed_hashes=packed,
+        hash_width=width,
+        chunk_hashes=listed,
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        stub.LookupPrefix(request, timeout=30)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -79,7 +79,9 @@ class BlockSpec(_message.Message):
     SIZE_BYTES_FIELD_NUMBER: _builtins.int
     CHECKSUM_FIELD_NUMBER: _builtins.int
     chunk_hash: _builtins.bytes
-    """1..64 bytes"""
+    """1..64 bytes. Clients send int hashes in [0, 2^64) as 8 bytes big-endian,
+    other ints as big-endian two's complement of at least 9 bytes.
+    """
     size_bytes: _builtins.int
     """bytes sent for this block; must match tensor"""
     @_builtins.property
@@ -330,6 +332,14 @@ class LookupPrefixRequest(_message.Message):
 
     SCOPE_FIELD_NUMBER: _builtins.int
     CHUNK_HASHES_FIELD_NUMBER: _builtins.int
+    PACKED_HASHES_FIELD_NUMBER: _builtins.int
+    HASH_WIDTH_FIELD_NUMBER: _builtins.int
+    packed_hashes: _builtins.bytes
+    """The same chain packed, when every hash has the same width (the client
+    sends this for int hashes: 8 bytes each): hash_width bytes per chunk,
+    concatenated. Set either this or chunk_hashes.
+    """
+    hash_width: _builtins.int
     @_builtins.property
     def scope(self) -> Global___KvScope: ...
     @_builtins.property
@@ -341,10 +351,12 @@ class LookupPrefixRequest(_message.Message):
         *,
         scope: Global___KvScope | None = ...,
         chunk_hashes: _abc.Iterable[_builtins.bytes] | None = ...,
+        packed_hashes: _builtins.bytes = ...,
+        hash_width: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["scope", b"scope"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_hashes", b"chunk_hashes", "scope", b"scope"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk_hashes", b"chunk_hashes", "hash_width", b"hash_width", "packed_hashes", b"packed_hashes", "scope", b"scope"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
