@@ -55,6 +55,11 @@ COLUMNS: dict[str, npt.DTypeLike] = {
 }
 
 
+def key_digest(encoded_key: bytes) -> bytes:
+    """The key's xxh3-128 hash as 16 bytes: high half then low half, big-endian."""
+    return xxhash.xxh3_128_digest(encoded_key)
+
+
 def key_hash(encoded_key: bytes) -> tuple[int, int]:
     """(high, low) 64-bit halves of the key's xxh3-128 hash."""
     h = xxhash.xxh3_128_intdigest(encoded_key)
@@ -106,7 +111,7 @@ class ObjectIndex:
         the low halves are vectorised (the digest bytes are big-endian hi, lo)."""
         if not encoded_keys:
             return np.zeros(0, dtype=np.int64)
-        digest = xxhash.xxh3_128_digest
+        digest = key_digest
         halves = np.frombuffer(b"".join([digest(k) for k in encoded_keys]), dtype=">u8")
         his = halves[0::2].tolist()
         table_get = self._rows.get
