@@ -21,6 +21,7 @@ Not thread-safe: the owner (the catalog) serialises access.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -55,9 +56,9 @@ COLUMNS: dict[str, npt.DTypeLike] = {
 }
 
 
-def key_digest(encoded_key: bytes) -> bytes:
-    """The key's xxh3-128 hash as 16 bytes: high half then low half, big-endian."""
-    return xxhash.xxh3_128_digest(encoded_key)
+#: The key's xxh3-128 hash as 16 bytes: high half then low half, big-endian
+#: (the same hash as ``key_hash``; a module attribute so tests can replace it).
+key_digest = xxhash.xxh3_128_digest
 
 
 def key_hash(encoded_key: bytes) -> tuple[int, int]:
@@ -105,7 +106,7 @@ class ObjectIndex:
             return self._overflow.get(encoded_key)
         return None
 
-    def find_many(self, encoded_keys: list[bytes]) -> npt.NDArray[np.int64]:
+    def find_many(self, encoded_keys: Sequence[bytes]) -> npt.NDArray[np.int64]:
         """Rows of many keys at once (-1 where absent). Per key only the hash and
         one dict probe run in Python; splitting the 128-bit hashes and checking
         the low halves are vectorised (the digest bytes are big-endian hi, lo)."""
@@ -121,7 +122,7 @@ class ObjectIndex:
         rows[bad] = -1
         if self._overflow:
             for i in np.flatnonzero(rows < 0):
-                rows[i] = self._overflow.get(encoded_keys[i], -1)
+                rows[i] = self._overflow.get(encoded_keys[int(i)], -1)
         return rows
 
     def insert(self, encoded_key: bytes) -> int:

@@ -103,8 +103,8 @@ class KvScope:
         """Catalog keys of the chunks (``ObjectKey.encode`` without the objects)."""
         base = ObjectKey(self.namespace, Kind.KV_BLOCK, self.key_prefix()).encode()
         if isinstance(chunk_hashes, PackedHashes):
-            hexed, step = hexlify(chunk_hashes.packed), 2 * chunk_hashes.width
-            return [base + hexed[i : i + step] for i in range(0, len(hexed), step)]
+            packed, width = chunk_hashes.packed, chunk_hashes.width
+            return [base + hexlify(packed[i : i + width]) for i in range(0, len(packed), width)]
         return [base + hexlify(h) for h in chunk_hashes]
 
 
@@ -457,7 +457,7 @@ class KvService:
                 if entry is not None:
                     self.store.catalog.touch(entry.row)
         promoted = sum(
-            1 for i in np.flatnonzero((rows >= 0) & ~resident) if self.promote(keys[int(i)])
+            1 for i in np.flatnonzero((rows >= 0) & ~resident) if self.promote(bytes(keys[int(i)]))
         )
         return PrefetchReport(promoted, int(resident.sum()), int((rows < 0).sum()))
 
