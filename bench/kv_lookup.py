@@ -76,7 +76,7 @@ def index_probe_cost(rounds: int) -> dict[str, float]:
     from tiermem.server.services.kv import KvScope as ServerScope
 
     scope = ServerScope("default", "bench-model", dtype="bfloat16")
-    hashes = [hash_bytes(h * 0x9E3779B97F4A7C15) for h in range(CHAIN)]
+    hashes = [hash_bytes((h * 0x9E3779B97F4A7C15) % (1 << 64)) for h in range(CHAIN)]
     keys = scope.encoded_keys(hashes)
     index = ObjectIndex()
     for k in keys:
@@ -94,7 +94,9 @@ def main() -> None:
             with Client(address) as client:
                 client.wait_ready()
                 scope = KvScope("bench-model", dtype="bfloat16", salt="bench")
-                chain = [h * 0x9E3779B97F4A7C15 for h in range(CHAIN)]
+                chain = [
+                    (h * 0x9E3779B97F4A7C15) % (1 << 64) for h in range(CHAIN)
+                ]  # uint64, as LMCache
                 block = torch.zeros(2, 16, dtype=torch.bfloat16)
                 client.kv.put_blocks(scope, [KvBlock(h, block) for h in chain])
                 if client.kv.lookup_prefix(scope, chain).stored_chunks != CHAIN:

@@ -14,6 +14,7 @@ without touching the rest.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,13 +60,11 @@ def _hashes(chunk_hashes: Sequence[ChunkHash]) -> list[bytes]:
 
 
 def _packed(chunk_hashes: Sequence[ChunkHash]) -> bytes | None:
-    """The chain as concatenated 8-byte hashes (one C call), or None when some
-    hash is not an int in [0, 2^64)."""
-    if not all(type(h) is int for h in chunk_hashes):
-        return None
+    """The chain as concatenated 8-byte big-endian hashes (one C call), or None
+    when some hash is not an int in [0, 2^64)."""
     try:
-        return np.asarray(chunk_hashes, dtype=">u8").tobytes()
-    except (OverflowError, ValueError, TypeError):
+        return struct.pack(f">{len(chunk_hashes)}Q", *chunk_hashes)
+    except struct.error:
         return None
 
 

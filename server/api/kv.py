@@ -124,7 +124,7 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
         hit = self._kv.lookup_prefix(scope_from_proto(request.scope), hashes)
         return kv_pb2.LookupPrefixResponse(
             stored_chunks=hit.stored_chunks,
-            tiers=hit.tiers,  # type: ignore[arg-type]
+            tiers=hit.tiers,
         )
 
     def Prefetch(

@@ -192,8 +192,8 @@ class BlockRead:
 @dataclass(frozen=True, slots=True)
 class PrefixHit:
     stored_chunks: int
-    tiers: list[int]
-    """``Tier`` values of the stored leading chunks (plain ints: chains are long)."""
+    tiers: bytes
+    """``Tier`` value of each stored leading chunk, one byte each (chains are long)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -441,7 +441,7 @@ class KvService:
         missing = np.flatnonzero(rows < 0)
         n = int(missing[0]) if len(missing) else len(rows)
         self.store.metrics.kv_blocks.labels("lookup", "found").inc(n)
-        return PrefixHit(n, tiers[:n].tolist())
+        return PrefixHit(n, tiers[:n].tobytes())
 
     def prefetch(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefetchReport:
         """Keep the chunks in memory: refresh resident ones, promote the others."""

@@ -370,15 +370,15 @@ class LookupPrefixResponse(_message.Message):
     TIERS_FIELD_NUMBER: _builtins.int
     stored_chunks: _builtins.int
     """leading chunks of the chain that are stored"""
-    @_builtins.property
-    def tiers(self) -> _containers.RepeatedScalarFieldContainer[_common_pb2.Tier.ValueType]:
-        """serving tier of each of those chunks"""
-
+    tiers: _builtins.bytes
+    """Serving tier of each of those chunks: one byte per chunk, a Tier value
+    (bytes rather than a repeated enum: chains are long).
+    """
     def __init__(
         self,
         *,
         stored_chunks: _builtins.int = ...,
-        tiers: _abc.Iterable[_common_pb2.Tier.ValueType] | None = ...,
+        tiers: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
