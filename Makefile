@@ -13,15 +13,33 @@ PROTO_STAMP := $(PROTO_VENV)/.installed
 # installs protobuf 6.x and grpcio 1.78): code from newer grpcio-tools fails there.
 GRPC_TOOLS := grpcio-tools==1.78.0 mypy-protobuf==5.1.0
 PYTEST_ARGS ?=
+# CPU torch from this machine's local wheel; a newer or unpinned torch pulls CUDA.
+TORCH  := torch==2.13.0
+# lmcache lives in its own venv: it lowers grpcio, protobuf and numpy below ours.
+LMCACHE_VENV := .venv-lmcache
+LMCACHE_STAMP := $(LMCACHE_VENV)/.installed
+LMCACHE_CONSTRAINTS := tests/lmcache/constraints.txt
 
-.PHONY: venv serve test lint typecheck proto proto-check unit bench clean
+.PHONY: venv lmcache-venv serve test lint typecheck proto proto-check unit bench clean
 
 venv: $(STAMP)
 
 # The same script installs the Docker image (see Dockerfile): CPU torch first
 # (a local wheel here), then the extras.
 $(STAMP): pyproject.toml .ci/install-python
-	PYTHON=$(PYTHON) .ci/install-python $(VENV) server,test --editable
+	PYTHON=$(PYTHON) TORCH=$(TORCH) .ci/install-python $(VENV) server,test --editable
+	touch $@
+
+# lmcache 0.5.6 plus the tiermem client (editable, no extra deps) for the
+# LMCache integration tests and the LMCache peer of the benchmarks.
+lmcache-venv: $(LMCACHE_STAMP)
+
+$(LMCACHE_STAMP): $(LMCACHE_CONSTRAINTS) pyproject.toml
+	test -x $(LMCACHE_VENV)/bin/python || $(PYTHON) -m venv $(LMCACHE_VENV)
+	$(LMCACHE_VENV)/bin/pip install -q --upgrade pip
+	$(LMCACHE_VENV)/bin/pip install -q $(TORCH)
+	LMCACHE_TRACK_USAGE=false $(LMCACHE_VENV)/bin/pip install -q -c $(LMCACHE_CONSTRAINTS) lmcache
+	$(LMCACHE_VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
 $(PROTO_STAMP):
@@ -49,7 +67,7 @@ lint: venv
 serve: venv
 	$(BIN)/tiermem serve --data-dir ./tiermem-data
 
-test: venv lint proto-check
+test: venv lmcache-venv lint proto-check
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 unit: venv

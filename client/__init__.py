@@ -16,6 +16,7 @@ from tiermem.client.errors import (
     TiermemClientError,
     UnavailableError,
 )
+from tiermem.client.kv import FetchedBlock, KvBlock, KvClient, KvScope, PrefixHit, StoredBlock
 from tiermem.client.operators import OperatorInfo
 from tiermem.client.scratch import NewRecord, RecordDurability, RecordKind, ScratchRecord
 from tiermem.client.sessions import CloseResult, Grant, LedgerEntry, SessionInfo
@@ -41,9 +42,13 @@ __all__ = [
     "Client",
     "CloseResult",
     "Durability",
+    "FetchedBlock",
     "Grant",
     "InvalidArgumentError",
     "Kind",
+    "KvBlock",
+    "KvClient",
+    "KvScope",
     "LedgerEntry",
     "NewRecord",
     "NotFoundError",
@@ -51,12 +56,14 @@ __all__ = [
     "OperatorInfo",
     "PermissionDeniedError",
     "Precision",
+    "PrefixHit",
     "Profile",
     "RecordDurability",
     "RecordKind",
     "ScratchRecord",
     "SessionInfo",
     "Stats",
+    "StoredBlock",
     "Tier",
     "TierStats",
     "TiermemClientError",

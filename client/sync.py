@@ -24,6 +24,7 @@ from tiermem.client.fastpath import (
     PutItem,
     as_bytes,
 )
+from tiermem.client.kv import KvClient
 from tiermem.client.operators import OperatorsClient
 from tiermem.client.scratch import ScratchClient
 from tiermem.client.sessions import SESSION_METADATA, SessionsClient
@@ -78,6 +79,9 @@ class Client:
             chunk_bytes=chunk_bytes,
             threshold_bytes=fast_threshold_bytes,
             paths=fast_paths,
+        )
+        self.kv = KvClient(
+            self.transport, namespace=namespace, chunk_bytes=chunk_bytes, verify=verify
         )
         self.sessions = SessionsClient(self.transport)
         self.scratch = ScratchClient(self.transport)

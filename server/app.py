@@ -26,6 +26,7 @@ from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.agent import OperatorServicer, ScratchServicer, SessionServicer
 from tiermem.server.api.dataplane import DataPlaneServicer
 from tiermem.server.api.interceptor import ServerInterceptor
+from tiermem.server.api.kv import KvServicer
 from tiermem.server.api.objects import ObjectServicer
 from tiermem.server.catalog.catalog import Catalog
 from tiermem.server.config import Config
@@ -41,6 +42,7 @@ from tiermem.server.scratch.service import ScratchService
 from tiermem.server.services.admin import AdminService
 from tiermem.server.services.background import BackgroundWorker
 from tiermem.server.services.expiry import Expirer
+from tiermem.server.services.kv import KvService
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.objects import ObjectService
 from tiermem.server.services.periodic import Periodic
@@ -58,6 +60,8 @@ from tiermem.v1 import (
     admin_pb2_grpc,
     dataplane_pb2,
     dataplane_pb2_grpc,
+    kv_pb2,
+    kv_pb2_grpc,
     object_pb2,
     object_pb2_grpc,
     operators_pb2,
@@ -77,6 +81,7 @@ SERVICE_NAMES = (
     sessions_pb2.DESCRIPTOR.services_by_name["SessionService"].full_name,
     scratch_pb2.DESCRIPTOR.services_by_name["ScratchService"].full_name,
     operators_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name,
+    kv_pb2.DESCRIPTOR.services_by_name["KvService"].full_name,
 )
 
 
@@ -116,7 +121,14 @@ class Daemon:
         self._rocks = RocksStore(data_dir / "catalog")
         memory: dict[Tier, MemoryTierEngine] = {}
         if cfg.tiers.hbm.enabled:
-            memory[Tier.HBM] = HbmEngine(cfg.tiers.hbm.capacity_bytes, cfg.tiers.hbm.device)
+            hbm = cfg.tiers.hbm
+            memory[Tier.HBM] = HbmEngine(
+                hbm.capacity_bytes,
+                hbm.device,
+                kv_block_bytes=hbm.kv_block_bytes,
+                kv_pool_fraction=hbm.kv_pool_fraction,
+                staging_buffers=hbm.staging_buffers,
+            )
         if cfg.tiers.dram.enabled:
             dram = cfg.tiers.dram
             memory[Tier.DRAM] = DramEngine(dram.capacity_bytes, dram.arena_min_bytes, dram.prefault)
@@ -135,6 +147,7 @@ class Daemon:
         self.mover = Mover(self.store)
         self.objects = ObjectService(self.store, self.mover)
         self.admin = AdminService(self.store)
+        self.kv = KvService(self.store, self.objects, self.mover, cfg.kv)
         self.expirer = Expirer(self.store)
         store = self.store
         self.metrics.leases_active.set_function(lambda: store.leases.active)
@@ -240,6 +253,7 @@ class Daemon:
         operators_pb2_grpc.add_OperatorServiceServicer_to_server(
             OperatorServicer(self.operators), server
         )
+        kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self.kv, cfg.chunk_bytes), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)

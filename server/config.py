@@ -72,6 +72,14 @@ class HbmConfig(TierConfig):
     """Bytes of device memory the tier may use."""
     device: str = "auto"
     """torch device: "auto" (cuda:0 with CUDA, else emulated on "cpu"), "cpu" or "cuda:N"."""
+    kv_block_bytes: ByteSize = ByteSize(0)
+    """Size of one KV block slot (bytes) in the fixed-size block pool; 0 = no pool.
+    Values larger than half a slot and up to a slot take one slot (O(1), no
+    fragmentation); others use the extent allocator."""
+    kv_pool_fraction: float = Field(default=0.75, ge=0, le=1)
+    """Fraction of the HBM capacity given to the KV block pool when kv_block_bytes > 0."""
+    staging_buffers: int = Field(default=4, ge=0, le=1024)
+    """Pinned host buffers of one KV slot kept for uploads to the device (CUDA only)."""
 
 
 class DramConfig(TierConfig):
@@ -111,6 +119,19 @@ class LimitsConfig(_Section):
     """Largest object accepted by the object service (bytes)."""
     list_page_max: int = Field(default=1000, ge=1, le=100_000)
     """Most objects returned by one List page."""
+
+
+class KvConfig(_Section):
+    """Limits of the KV service (server/services/kv.py)."""
+
+    max_block_bytes: ByteSize = ByteSize(64 * MiB)
+    """Largest KV block accepted (bytes, as sent, before any codec)."""
+    max_batch_blocks: int = Field(default=4096, ge=1, le=1_000_000)
+    """Most blocks in one PutBlocks, GetBlocks or Prefetch call."""
+    max_batch_bytes: ByteSize = ByteSize(512 * MiB)
+    """Most bytes in one PutBlocks call (all blocks are staged before commit)."""
+    max_chain_chunks: int = Field(default=65536, ge=1, le=10_000_000)
+    """Longest chain one LookupPrefix call may ask about."""
 
 
 class MetricsConfig(_Section):
@@ -283,6 +304,7 @@ class Config(BaseSettings):
     server: ServerConfig = ServerConfig()
     tiers: TiersConfig = TiersConfig()
     limits: LimitsConfig = LimitsConfig()
+    kv: KvConfig = KvConfig()
     metrics: MetricsConfig = MetricsConfig()
     logging: LoggingConfig = LoggingConfig()
     background: BackgroundConfig = BackgroundConfig()

@@ -82,8 +82,13 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
     # data plane
     "mode": frozenset({"read", "write"}),
     "how": frozenset({"released", "committed", "aborted", "expired"}),
-    "op": frozenset({"put", "get", "-"}),
-    "result": frozenset({"ok", "refused", "failed", "broken"}),
+    "op": frozenset({"put", "get", "-", "lookup", "delete"}),
+    "result": frozenset(
+        {"ok", "refused", "failed", "broken", "stored", "found", "missing", "deleted"}
+    ),
+    # KV codecs
+    "codec": frozenset({"fp8_e4m3", "int8"}),
+    "form": frozenset({"raw", "encoded"}),
 }
 
 #: Every label name a tiermem metric may carry, and what bounds its values.
@@ -384,6 +389,16 @@ class Metrics:
         self.scratch_index_updates = Counter(
             "tiermem_scratch_index_updates", "Memory-index updates of the scratchpad.", registry=r
         )
+
+        # -- KV service (server/services/kv.py) ------------------------------------
+        self.kv_blocks = Counter(
+            "tiermem_kv_blocks", "KV blocks by operation (put, get, lookup, delete) and result.",
+            ["op", "result"], registry=r,
+        )  # fmt: skip
+        self.kv_codec_bytes = Counter(
+            "tiermem_kv_codec_bytes", "Bytes through the lossy KV codecs, before and after.",
+            ["codec", "form"], registry=r,
+        )  # fmt: skip
 
     def count_read(self, kind: str, served_by: str | None, tiers: Sequence[str]) -> None:
         """Count one read: a hit on ``served_by`` and a miss on every tier in

@@ -21,7 +21,7 @@ Not thread-safe: the owner (the catalog) serialises access.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -54,6 +54,11 @@ COLUMNS: dict[str, npt.DTypeLike] = {
     "rate": np.float32,
     "expires": np.uint64,
 }
+
+
+#: The key's xxh3-128 hash as 16 bytes: high half then low half, big-endian
+#: (the same hash as ``key_hash``; a module attribute so tests can replace it).
+key_digest = xxhash.xxh3_128_digest
 
 
 def key_hash(encoded_key: bytes) -> tuple[int, int]:
@@ -100,6 +105,25 @@ class ObjectIndex:
         if self._overflow:
             return self._overflow.get(encoded_key)
         return None
+
+    def find_many(self, encoded_keys: Sequence[bytes]) -> npt.NDArray[np.int64]:
+        """Rows of many keys at once (-1 where absent). Per key only the hash and
+        one dict probe run in Python; splitting the 128-bit hashes and checking
+        the low halves are vectorised (the digest bytes are big-endian hi, lo)."""
+        if not encoded_keys:
+            return np.zeros(0, dtype=np.int64)
+        digest = key_digest
+        halves = np.frombuffer(b"".join([digest(k) for k in encoded_keys]), dtype=">u8")
+        his = halves[0::2].tolist()
+        table_get = self._rows.get
+        rows = np.array([table_get(h, -1) for h in his], dtype=np.int64)
+        hit = rows >= 0
+        bad = hit & (self.cols["check"][np.where(hit, rows, 0)] != halves[1::2])
+        rows[bad] = -1
+        if self._overflow:
+            for i in np.flatnonzero(rows < 0):
+                rows[i] = self._overflow.get(encoded_keys[int(i)], -1)
+        return rows
 
     def insert(self, encoded_key: bytes) -> int:
         """Allocate a row for a key that is not present; columns are zeroed."""

@@ -73,6 +73,21 @@ class PutSpec:
     checksum: tuple[int, int] | None = None  # (algorithm, value)
     if_absent: bool = False
     caller: str = ""  # the session the client acts as ("" = a trusted tool)
+    #: Codec the bytes are already encoded with ("" = raw). With a codec,
+    #: ``tensor`` describes the decoded value, so its size is not checked here.
+    codec: str = ""
+
+
+@dataclass(slots=True)
+class StagedPut:
+    """A put whose space is reserved (``ObjectService.stage``) and, after
+    ``receive``, filled and verified, but not yet visible. It must end in
+    ``finish`` (commit) or ``abort`` (space returned, nothing changed)."""
+
+    spec: PutSpec
+    profile: Profile
+    reservation: Reservation
+    checksum: int | None = None
 
 
 @dataclass(slots=True)
@@ -148,7 +163,7 @@ class ObjectService:
             raise InvalidArgument(
                 f"object is {spec.size_bytes} bytes; the limit is {limit} (limits.max_object_bytes)"
             )
-        if spec.tensor is not None:
+        if spec.tensor is not None and not spec.codec:
             spec.tensor.checked(spec.size_bytes)
         validate_session(spec.session)
         validate_session(spec.caller)
@@ -176,7 +191,7 @@ class ObjectService:
         profile = self.prepare(spec)
         reservation = self.reserve(spec.size_bytes, profile)
         try:
-            checksum = self._receive(spec, chunks, reservation.buffer)
+            checksum = self.receive_into(spec, chunks, reservation.buffer)
         except BaseException:
             self.abort(reservation)
             raise
@@ -189,17 +204,20 @@ class ObjectService:
         reservation: Reservation,
         checksum: int,
         path: str = "grpc",
+        *,
+        sync: bool = True,
     ) -> ObjectMeta:
         """Make a filled reservation visible exactly like a put: SSD copy when the
         object is DURABLE or admitted to SSD, engine commit, catalog commit, then
-        (DURABLE) the WAL sync. ``checksum`` is the xxh3-64 of the buffer, already
+        (DURABLE, unless ``sync`` is False: the caller calls ``sync()`` once for a
+        batch) the WAL sync. ``checksum`` is the xxh3-64 of the buffer, already
         checked against the client's (``check_upload``). Consumes the reservation:
         on failure its space is returned and nothing stored changes. ``path``
         labels the bytes metric (grpc, shm, bulk)."""
         durable = profile.durability == Durability.DURABLE
+        encoded = spec.key.encode()
         ssd_copy: SsdCopy | None = None
         location: int | None = None
-        encoded = spec.key.encode()
         try:
             if reservation.tier == Tier.SSD or durable:
                 ssd_copy = self._write_ssd(encoded, reservation.buffer, checksum, durable)
@@ -214,10 +232,38 @@ class ObjectService:
             if ssd_copy is not None:
                 self.store.ssd.discard(encoded, ssd_copy)
             raise
-        if durable and self.store.config.tiers.ssd.fsync:
-            self.store.catalog.rocks.flush()  # group commit: syncs the WAL up to our batch
+        if durable and sync:
+            self.sync()
         self.store.metrics.data_bytes.labels(path, "in").inc(spec.size_bytes)
         return meta
+
+    def sync(self) -> None:
+        """Make committed DURABLE puts durable: sync the catalog WAL (group commit)."""
+        if self.store.config.tiers.ssd.fsync:
+            self.store.catalog.rocks.flush()
+
+    # -- staged puts: batches that must be received whole before any commit (KV) --------
+    def stage(self, spec: PutSpec) -> StagedPut:
+        """Validate a put and reserve its space in the admitted tier."""
+        profile = self.prepare(spec)
+        return StagedPut(spec, profile, self.reserve(spec.size_bytes, profile))
+
+    def receive(self, staged: StagedPut, chunks: Iterable[bytes | memoryview]) -> None:
+        """Copy the value's bytes into the reservation, hashing and verifying them."""
+        staged.checksum = self.receive_into(staged.spec, chunks, staged.reservation.buffer)
+
+    def finish(self, staged: StagedPut) -> ObjectMeta:
+        """Commit a received put (see ``commit_filled``). DURABLE puts are
+        acknowledged only after the caller's ``sync()``."""
+        if staged.checksum is None:
+            raise InvariantViolation(f"finish of {staged.spec.key} before its bytes arrived")
+        return self.commit_filled(
+            staged.spec, staged.profile, staged.reservation, staged.checksum, sync=False
+        )
+
+    def abort_staged(self, staged: StagedPut) -> None:
+        """Give back a staged put's space; nothing stored changes."""
+        self.abort(staged.reservation)
 
     def abort(self, reservation: Reservation) -> None:
         """Return an unused reservation's space."""
@@ -264,9 +310,12 @@ class ObjectService:
             )
         )
 
-    def _receive(
+    def receive_into(
         self, spec: PutSpec, chunks: Iterable[bytes | memoryview], buffer: memoryview
     ) -> int:
+        """Copy exactly ``spec.size_bytes`` from ``chunks`` into ``buffer``; returns
+        the xxh3-64 of the bytes. Raises InvalidArgument on a short or long stream
+        and Corrupted if ``spec.checksum`` does not match."""
         size = spec.size_bytes
         hasher = xxhash.xxh3_64()
         crc = 0
@@ -336,6 +385,7 @@ class ObjectService:
             profile=profile,
             tier=reservation.tier,
             session=spec.session,
+            codec=spec.codec,
             tensor=spec.tensor,
             created_unix_ms=now_ms,
             accessed_unix_ms=now_ms,

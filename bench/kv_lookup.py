@@ -1,0 +1,131 @@
+"""LookupPrefix latency over a 1,000-chunk chain (goal: p99 <= 2 ms).
+
+One run: a daemon (`tiermem serve`, its own process) holds a stored 1,000-chunk
+chain; a client asks for the whole chain (every chunk stored: the worst case,
+no early stop) many times and reports p50/p90/p99. Beside it, in the same run:
+a 1-chunk LookupPrefix (the gRPC round-trip floor on this machine) and the
+in-process cost of the index probe alone (``ObjectIndex.find_many`` on 1,000
+keys), so the figure can be split into transport and lookup.
+
+    .venv/bin/python -m bench.kv_lookup [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.common import REPO, goal, write_result
+from tiermem.client import Client, KvBlock, KvScope
+
+CHAIN = 1000
+
+
+def start_daemon(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
+    cmd = [
+        sys.executable, "-m", "tiermem.cli.main", "serve", "--data-dir", str(data_dir),
+        "--listen", "127.0.0.1:0", "--metrics-listen", "",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=REPO)  # fmt: skip
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("listening on "):
+            return proc, line.split()[-1]
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise RuntimeError("the daemon did not start")
+
+
+def percentiles(samples_s: list[float]) -> dict[str, float]:
+    ms = sorted(s * 1000 for s in samples_s)
+    pick = lambda q: ms[min(len(ms) - 1, int(q * len(ms)))]  # noqa: E731
+    return {
+        "p50_ms": round(pick(0.50), 4),
+        "p90_ms": round(pick(0.90), 4),
+        "p99_ms": round(pick(0.99), 4),
+        "mean_ms": round(statistics.fmean(ms), 4),
+        "samples": len(ms),
+    }
+
+
+def timed(fn: Callable[[], Any], rounds: int) -> list[float]:
+    out = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def index_probe_cost(rounds: int) -> dict[str, float]:
+    from tiermem.client.kv import hash_bytes
+    from tiermem.server.catalog.index import ObjectIndex
+    from tiermem.server.services.kv import KvScope as ServerScope
+
+    scope = ServerScope("default", "bench-model", dtype="bfloat16")
+    hashes = [hash_bytes((h * 0x9E3779B97F4A7C15) % (1 << 64)) for h in range(CHAIN)]
+    keys = scope.encoded_keys(hashes)
+    index = ObjectIndex()
+    for k in keys:
+        index.insert(k)
+    return percentiles(timed(lambda: index.find_many(scope.encoded_keys(hashes)), rounds))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kv-lookup-") as tmp:
+        proc, address = start_daemon(Path(tmp) / "data")
+        try:
+            with Client(address) as client:
+                client.wait_ready()
+                scope = KvScope("bench-model", dtype="bfloat16", salt="bench")
+                chain = [
+                    (h * 0x9E3779B97F4A7C15) % (1 << 64) for h in range(CHAIN)
+                ]  # uint64, as LMCache
+                block = torch.zeros(2, 16, dtype=torch.bfloat16)
+                client.kv.put_blocks(scope, [KvBlock(h, block) for h in chain])
+                if client.kv.lookup_prefix(scope, chain).stored_chunks != CHAIN:
+                    raise RuntimeError("the chain was not stored")
+                timed(lambda: client.kv.lookup_prefix(scope, chain), 200)  # warm up
+                full = percentiles(
+                    timed(lambda: client.kv.lookup_prefix(scope, chain), args.rounds)
+                )
+                floor = percentiles(
+                    timed(lambda: client.kv.lookup_prefix(scope, chain[:1]), args.rounds)
+                )
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    probe = index_probe_cost(args.rounds // 3)
+    goals = [
+        goal("lookup_prefix_1000_chunks_p99", full["p99_ms"], 2.0, "ms", higher_is_better=False)
+    ]
+    details = {
+        "chain_chunks": CHAIN,
+        "lookup_prefix_1000_chunks": full,
+        "lookup_prefix_1_chunk_rpc_floor": floor,
+        "in_process_key_build_and_index_probe_1000": probe,
+        "notes": "client and daemon in separate processes on 127.0.0.1; every chunk of "
+        "the chain is stored (no early stop). The 1-chunk lookup is the gRPC round-trip "
+        "floor measured in the same run.",
+    }
+    write_result("kv_lookup", goals, details)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,488 @@
+"""KV-cache client: batched put/get of KV chunks, prefix lookup, prefetch, deletes.
+
+Reached as ``Client.kv``. A chunk is named by a :class:`KvScope` (model, world
+size, worker id, KV dtype, tenant salt; the fields of LMCache's
+``CacheEngineKey``) and its chunk hash (``int`` or ``bytes``). Blocks keep their
+dtype, shape and memory format and come back bit-exact (or, when stored with a
+lossy codec, decoded to their original dtype).
+
+Bulk bytes go through exactly two methods, ``_put_payloads`` and
+``_get_payloads`` (gRPC streams today), so a faster data path can replace them
+without touching the rest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tiermem.client import _wire
+from tiermem.client._transport import Transport
+from tiermem.client.errors import ChecksumError
+from tiermem.client.types import Profile, Tier
+from tiermem.v1 import common_pb2, kv_pb2, kv_pb2_grpc
+
+ChunkHash = int | bytes
+
+#: Client-side batch bounds (the daemon's defaults are larger): big requests
+#: are split so no single call holds more than this in flight.
+MAX_BATCH_BLOCKS = 1024
+MAX_BATCH_BYTES = 256 << 20
+
+
+_U64 = 1 << 64
+_TIER_BY_VALUE: dict[int, Tier] = {int(t): t for t in Tier}
+
+
+def hash_bytes(chunk_hash: ChunkHash) -> bytes:
+    """Wire form of a chunk hash. Bytes go as they are; ints (LMCache's hashes)
+    in [0, 2^64) as 8 bytes big-endian, any other int as big-endian two's
+    complement of at least 9 bytes: one-to-one, and fixed-width for the usual
+    64-bit hashes so chains can be packed."""
+    if isinstance(chunk_hash, bytes | bytearray):
+        return bytes(chunk_hash)
+    if not isinstance(chunk_hash, int):
+        raise TypeError(f"chunk hash must be int or bytes, not {type(chunk_hash).__name__}")
+    if 0 <= chunk_hash < _U64:
+        return chunk_hash.to_bytes(8, "big")
+    length = max(9, (chunk_hash.bit_length() + 8) // 8)
+    return chunk_hash.to_bytes(length, "big", signed=True)
+
+
+def _hashes(chunk_hashes: Sequence[ChunkHash]) -> list[bytes]:
+    """``hash_bytes`` of many."""
+    return [hash_bytes(h) for h in chunk_hashes]
+
+
+def _packed(chunk_hashes: Sequence[ChunkHash]) -> bytes | None:
+    """The chain as concatenated 8-byte big-endian hashes (one C call), or None
+    when some hash is not an int in [0, 2^64)."""
+    try:
+        return struct.pack(f">{len(chunk_hashes)}Q", *chunk_hashes)
+    except struct.error:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class KvScope:
+    """What the chunk keys of a request share. ``salt`` isolates tenants: equal
+    hashes under different salts are different blocks. ``namespace`` None = the
+    client's default namespace."""
+
+    model: str
+    world_size: int = 1
+    worker_id: int = 0
+    dtype: str = "bfloat16"
+    salt: str = ""
+    namespace: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KvBlock:
+    """A block to store: a torch tensor, a numpy array, or bytes-like data with
+    ``dtype`` and ``shape`` given."""
+
+    chunk_hash: ChunkHash
+    data: Any
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+    memory_format: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBlock:
+    chunk_hash: bytes
+    key: str
+    tier: Tier
+    stored_bytes: int
+    codec: str
+    max_abs_error: float
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedBlock:
+    """A block read back. ``data`` is the caller's ``out`` buffer when one was
+    given, else a new bytearray; None when the block is not stored."""
+
+    chunk_hash: bytes
+    found: bool
+    dtype: str = ""
+    shape: tuple[int, ...] = ()
+    memory_format: str = ""
+    codec: str = ""
+    tier: Tier | None = None
+    data: Any = None
+    size_bytes: int = 0
+    checksum: int = 0
+
+    def tensor(self) -> Any:
+        """The block as a torch tensor of its dtype and shape (shares ``data``)."""
+        if not self.found:
+            raise KeyError(f"chunk {self.chunk_hash.hex()} is not stored")
+        if hasattr(self.data, "untyped_storage"):  # received into the caller's tensor
+            return self.data
+        return _wire.tensor_from(_info_of(self), self.data)
+
+    def array(self) -> np.ndarray[Any, Any]:
+        if not self.found:
+            raise KeyError(f"chunk {self.chunk_hash.hex()} is not stored")
+        return _wire.array_from(_info_of(self), self.data)
+
+
+#: ``allocate(header, index)``: a writable buffer of ``header.size_bytes`` for the
+#: block at ``index`` of the request, or None for a new bytearray.
+Allocator = Callable[[FetchedBlock, int], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixHit:
+    stored_chunks: int
+    tiers: list[Tier]
+
+
+@dataclass(frozen=True, slots=True)
+class PrefetchResult:
+    promoted: int
+    resident: int
+    missing: int
+
+
+def _info_of(block: FetchedBlock) -> Any:
+    from tiermem.client.types import Kind, ObjectInfo
+
+    return ObjectInfo(
+        namespace="",
+        kind=Kind.KV_BLOCK,
+        key=block.chunk_hash.hex(),
+        size_bytes=len(memoryview(block.data)),
+        checksum=0,
+        tier=block.tier or Tier.DRAM,
+        persisted=False,
+        version=0,
+        dtype=block.dtype,
+        shape=block.shape,
+        memory_format=block.memory_format,
+    )
+
+
+def _payload(block: KvBlock) -> tuple[memoryview, str, tuple[int, ...]]:
+    data = block.data
+    if hasattr(data, "detach") and hasattr(data, "dtype"):  # a torch tensor
+        return _wire.tensor_view(data)
+    if isinstance(data, np.ndarray):
+        dtype = _wire.NUMPY_DTYPES.get(data.dtype.name)
+        if dtype is None:
+            raise ValueError(f"numpy dtype {data.dtype} is not supported")
+        return _wire.as_view(data), dtype, tuple(data.shape)
+    if not block.dtype:
+        raise ValueError("bytes-like KV blocks need dtype and shape")
+    return _wire.as_view(data), block.dtype, block.shape
+
+
+class KvClient:
+    """KV operations over a client's transport. Thread-safe like the client."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        *,
+        namespace: str = "default",
+        chunk_bytes: int = _wire.DEFAULT_CHUNK_BYTES,
+        verify: bool = True,
+    ) -> None:
+        self.transport = transport
+        self.namespace = namespace
+        self.chunk_bytes = chunk_bytes
+        self.verify = verify
+        self._stub = kv_pb2_grpc.KvServiceStub(transport.channel)
+        self._metadata = transport.metadata
+
+    def _scope(self, scope: KvScope) -> kv_pb2.KvScope:
+        return kv_pb2.KvScope(
+            namespace=scope.namespace or self.namespace,
+            model=scope.model,
+            world_size=scope.world_size,
+            worker_id=scope.worker_id,
+            dtype=scope.dtype,
+            salt=scope.salt,
+        )
+
+    # -- put ----------------------------------------------------------------------
+    def put_blocks(
+        self,
+        scope: KvScope,
+        blocks: Sequence[KvBlock],
+        *,
+        profile: Profile | None = None,
+        session: str = "",
+        codec: str = "",
+        timeout_s: float | None = None,
+    ) -> list[StoredBlock]:
+        """Store blocks (split into batches of bounded size; each batch is
+        all-or-nothing). ``codec`` ("fp8_e4m3", "int8") needs a profile with
+        precision LOSSY_OK; the result says per block what was applied."""
+        out: list[StoredBlock] = []
+        batch: list[tuple[kv_pb2.BlockSpec, memoryview]] = []
+        batch_bytes = 0
+        for block in blocks:
+            view, dtype, shape = _payload(block)
+            spec = kv_pb2.BlockSpec(
+                chunk_hash=hash_bytes(block.chunk_hash),
+                tensor=common_pb2.TensorInfo(
+                    dtype=dtype, shape=list(shape), memory_format=block.memory_format
+                ),
+                size_bytes=len(view),
+            )
+            if self.verify:
+                spec.checksum.CopyFrom(_wire.checksum_of(view))
+            if batch and (
+                len(batch) >= MAX_BATCH_BLOCKS or batch_bytes + len(view) > MAX_BATCH_BYTES
+            ):
+                out += self._put_batch(scope, batch, profile, session, codec, timeout_s)
+                batch, batch_bytes = [], 0
+            batch.append((spec, view))
+            batch_bytes += len(view)
+        if batch:
+            out += self._put_batch(scope, batch, profile, session, codec, timeout_s)
+        return out
+
+    def put(self, scope: KvScope, chunk_hash: ChunkHash, data: Any, **kw: Any) -> StoredBlock:
+        """Store one block (a tensor or array)."""
+        return self.put_blocks(scope, [KvBlock(chunk_hash, data)], **kw)[0]
+
+    def _put_batch(
+        self,
+        scope: KvScope,
+        batch: list[tuple[kv_pb2.BlockSpec, memoryview]],
+        profile: Profile | None,
+        session: str,
+        codec: str,
+        timeout_s: float | None,
+    ) -> list[StoredBlock]:
+        header = kv_pb2.PutBlocksHeader(
+            scope=self._scope(scope),
+            blocks=[spec for spec, _ in batch],
+            session=session,
+            codec=codec,
+        )
+        prof = _wire.profile_msg(profile)
+        if prof is not None:
+            header.profile.CopyFrom(prof)
+        reply = self._put_payloads(header, [view for _, view in batch], timeout_s)
+        return [
+            StoredBlock(
+                chunk_hash=b.chunk_hash,
+                key=b.key,
+                tier=Tier(b.tier) if b.tier else Tier.SSD,
+                stored_bytes=b.stored_bytes,
+                codec=b.codec,
+                max_abs_error=b.max_abs_error,
+            )
+            for b in reply.blocks
+        ]
+
+    def _put_payloads(
+        self, header: kv_pb2.PutBlocksHeader, views: list[memoryview], timeout_s: float | None
+    ) -> kv_pb2.PutBlocksResponse:
+        """The data path of puts: send the header, then every view's bytes in order."""
+        step = self.chunk_bytes
+
+        def requests() -> Iterator[kv_pb2.PutBlocksRequest]:
+            yield kv_pb2.PutBlocksRequest(header=header)
+            for view in views:
+                for start in range(0, len(view), step):
+                    yield kv_pb2.PutBlocksRequest(chunk=bytes(view[start : start + step]))
+
+        return self.transport.call(
+            lambda t: self._stub.PutBlocks(requests(), timeout=t, metadata=self._metadata),
+            timeout_s,
+        )
+
+    # -- get ----------------------------------------------------------------------
+    def get_blocks(
+        self,
+        scope: KvScope,
+        chunk_hashes: Sequence[ChunkHash],
+        *,
+        out: Sequence[Any] | None = None,
+        allocate: Allocator | None = None,
+        timeout_s: float | None = None,
+    ) -> list[FetchedBlock]:
+        """Read blocks in order; missing ones come back with ``found=False``.
+
+        Where the bytes land: ``out`` (one per hash) gives writable buffers of
+        exactly the block's size (e.g. a pinned tensor); or ``allocate`` is
+        called with each found block's header (``data`` None) and returns such a
+        buffer (or None for a new bytearray); by default a new bytearray."""
+        if out is not None and len(out) != len(chunk_hashes):
+            raise ValueError(f"out has {len(out)} buffers for {len(chunk_hashes)} chunk hashes")
+        if out is not None:
+            given = out
+
+            def allocate(block: FetchedBlock, index: int = -1) -> Any:
+                return given[index]
+
+        hashes = _hashes(chunk_hashes)
+        results: list[FetchedBlock] = []
+        for start in range(0, len(hashes), MAX_BATCH_BLOCKS):
+            part = hashes[start : start + MAX_BATCH_BLOCKS]
+            request = kv_pb2.GetBlocksRequest(scope=self._scope(scope), chunk_hashes=part)
+            results += self._get_payloads(request, allocate, start, timeout_s)
+        return results
+
+    def get_tensors(
+        self, scope: KvScope, chunk_hashes: Sequence[ChunkHash], **kw: Any
+    ) -> list[Any]:
+        """Blocks as torch tensors (None where not stored)."""
+        return [b.tensor() if b.found else None for b in self.get_blocks(scope, chunk_hashes, **kw)]
+
+    def _get_payloads(
+        self,
+        request: kv_pb2.GetBlocksRequest,
+        allocate: Allocator | None,
+        first_index: int,
+        timeout_s: float | None,
+    ) -> list[FetchedBlock]:
+        """The data path of gets: one FetchedBlock per requested hash, the bytes
+        copied straight into the buffer ``allocate`` gives. Checks checksums."""
+
+        def call(timeout: float) -> list[FetchedBlock]:
+            got: list[FetchedBlock] = []
+            target: memoryview | None = None
+            pos = 0
+            stream = self._stub.GetBlocks(request, timeout=timeout, metadata=self._metadata)
+            for msg in stream:
+                if msg.WhichOneof("part") == "block":
+                    self._check_complete(got, pos)
+                    block = _fetched(msg.block)
+                    target, pos = None, 0
+                    if block.found:
+                        index = first_index + len(got)
+                        buf = None if allocate is None else allocate(block, index)
+                        if buf is None:
+                            buf = bytearray(block.size_bytes)
+                        target = _writable(buf, block.size_bytes, index)
+                        block = dataclasses.replace(block, data=buf)
+                    got.append(block)
+                    continue
+                if target is None:
+                    raise ChecksumError("DATA_LOSS", "GetBlocks sent bytes outside a found block")
+                n = len(msg.chunk)
+                target[pos : pos + n] = msg.chunk
+                pos += n
+            self._check_complete(got, pos)
+            return got
+
+        got = self.transport.call(call, timeout_s)
+        if len(got) != len(request.chunk_hashes):
+            raise ChecksumError(
+                "DATA_LOSS", f"GetBlocks answered {len(got)} of {len(request.chunk_hashes)} blocks"
+            )
+        return got
+
+    def _check_complete(self, got: list[FetchedBlock], pos: int) -> None:
+        if not got or not got[-1].found:
+            return
+        block = got[-1]
+        if pos != block.size_bytes:
+            raise ChecksumError(
+                "DATA_LOSS", f"block {block.chunk_hash.hex()} arrived with {pos} of "
+                f"{block.size_bytes} bytes",
+            )  # fmt: skip
+        if self.verify and _wire.HAVE_XXHASH:
+            import xxhash
+
+            actual = xxhash.xxh3_64_intdigest(_writable(block.data, block.size_bytes, -1))
+            if actual != block.checksum:
+                raise ChecksumError(
+                    "DATA_LOSS", f"block {block.chunk_hash.hex()} arrived damaged "
+                    f"(checksum {actual:x}, expected {block.checksum:x})",
+                )  # fmt: skip
+
+    # -- lookup / prefetch / delete -------------------------------------------------------
+    def lookup_prefix(
+        self, scope: KvScope, chunk_hashes: Sequence[ChunkHash], *, timeout_s: float | None = None
+    ) -> PrefixHit:
+        """How many leading chunks of the chain are stored, and on which tiers."""
+        packed = _packed(chunk_hashes)
+        if packed is not None:
+            request = kv_pb2.LookupPrefixRequest(
+                scope=self._scope(scope), packed_hashes=packed, hash_width=8
+            )
+        else:
+            request = kv_pb2.LookupPrefixRequest(
+                scope=self._scope(scope), chunk_hashes=_hashes(chunk_hashes)
+            )
+        reply = self.transport.call(
+            lambda t: self._stub.LookupPrefix(request, timeout=t, metadata=self._metadata),
+            timeout_s,
+        )
+        by_value = _TIER_BY_VALUE
+        return PrefixHit(reply.stored_chunks, [by_value[t] for t in reply.tiers])
+
+    def prefetch(
+        self, scope: KvScope, chunk_hashes: Sequence[ChunkHash], *, timeout_s: float | None = None
+    ) -> PrefetchResult:
+        """Hint that these chunks will be read soon: the daemon keeps them in memory."""
+        request = kv_pb2.PrefetchRequest(
+            scope=self._scope(scope), chunk_hashes=_hashes(chunk_hashes)
+        )
+        reply = self.transport.call(
+            lambda t: self._stub.Prefetch(request, timeout=t, metadata=self._metadata), timeout_s
+        )
+        return PrefetchResult(reply.promoted, reply.resident, reply.missing)
+
+    def delete(
+        self,
+        *,
+        model: str = "",
+        session: str = "",
+        namespace: str | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[int, int]:
+        """Delete the namespace's KV blocks, or only one model's or session's.
+        Returns (blocks deleted, bytes freed)."""
+        request = kv_pb2.DeleteBlocksRequest(
+            namespace=namespace or self.namespace, model=model, session=session
+        )
+        reply = self.transport.call(
+            lambda t: self._stub.DeleteBlocks(request, timeout=t, metadata=self._metadata),
+            timeout_s,
+        )
+        return int(reply.deleted), int(reply.freed_bytes)
+
+
+def _fetched(info: kv_pb2.BlockInfo) -> FetchedBlock:
+    return FetchedBlock(
+        chunk_hash=info.chunk_hash,
+        found=info.found,
+        dtype=info.tensor.dtype,
+        shape=tuple(info.tensor.shape),
+        memory_format=info.tensor.memory_format,
+        codec=info.codec,
+        tier=_TIER_BY_VALUE.get(info.tier),
+        size_bytes=info.size_bytes,
+        checksum=info.checksum.value,
+    )
+
+
+def _writable(buf: Any, size: int, index: int) -> memoryview:
+    """A flat writable byte view of a buffer, numpy array or CPU torch tensor."""
+    if hasattr(buf, "untyped_storage"):  # a torch tensor (any dtype, bfloat16 too)
+        import torch
+
+        if buf.device.type != "cpu" or not buf.is_contiguous():
+            raise ValueError(f"out[{index}] must be a contiguous CPU tensor")
+        buf = buf.reshape(-1).view(torch.uint8).numpy()
+    view = memoryview(buf)
+    if view.readonly:
+        raise ValueError(f"out[{index}] is read-only")
+    view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+    if len(view) != size:
+        raise ValueError(f"out[{index}] is {len(view)} bytes; the block is {size} bytes")
+    return view

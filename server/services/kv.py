@@ -1,0 +1,519 @@
+"""The KV service: KV-cache chunks as objects of kind KV_BLOCK.
+
+A chunk is named like LMCache's ``CacheEngineKey`` (model, world size, worker
+id, dtype, chunk hash) plus a tenant salt. The object key is derived from them
+deterministically::
+
+    {model}@{world_size}@{worker_id}@{dtype}@{salt_tag}@{chunk_hash_hex}
+
+``salt_tag`` is "-" without a salt, else 16 hex digits of a BLAKE2b digest of it,
+so tenants with different salts never share a block and the salt itself is not
+stored. Keys of one model share the prefix ``{model}@``: delete-by-model is a
+prefix scan, and a chain lookup is string concatenation plus index probes.
+
+Puts are batched and all-or-nothing for everything the client controls: every
+block header is checked before any byte is read, every block is staged
+(reserved, received, verified, encoded) before any is committed, and a short,
+long or damaged stream aborts them all. Blocks are stored through the object
+service, so placement, moves, leases and sessions work for them unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from binascii import hexlify
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import overload
+
+import numpy as np
+import numpy.typing as npt
+import xxhash
+
+from tiermem.server.codecs import lossy
+from tiermem.server.config import KvConfig
+from tiermem.server.errors import InvalidArgument, NotFound, TiermemError
+from tiermem.server.model import (
+    Durability,
+    Kind,
+    ObjectKey,
+    Precision,
+    Profile,
+    TensorInfo,
+    Tier,
+    key_prefix,
+    validate_namespace,
+    validate_session,
+)
+from tiermem.server.services.mover import Mover
+from tiermem.server.services.objects import ObjectService, PutSpec, StagedPut
+from tiermem.server.services.store import Store
+
+MAX_MODEL_BYTES = 256
+MAX_HASH_BYTES = 64
+_DTYPE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+#: Keys are removed in batches of this many under one lock hold.
+_DELETE_PAGE = 512
+
+
+@dataclass(frozen=True, slots=True)
+class KvScope:
+    """What every chunk key of one request shares (see module docstring)."""
+
+    namespace: str
+    model: str
+    world_size: int = 1
+    worker_id: int = 0
+    dtype: str = ""
+    salt: str = ""
+
+    def checked(self) -> KvScope:
+        validate_namespace(self.namespace)
+        if not self.model or len(self.model.encode()) > MAX_MODEL_BYTES:
+            raise InvalidArgument(f"scope.model must be 1..{MAX_MODEL_BYTES} bytes")
+        if "@" in self.model or "\x00" in self.model:
+            raise InvalidArgument(f"scope.model {self.model[:64]!r} must not contain '@' or NUL")
+        if self.world_size < 1:
+            raise InvalidArgument("scope.world_size must be at least 1")
+        if self.worker_id >= self.world_size:
+            raise InvalidArgument(
+                f"scope.worker_id {self.worker_id} is not below world_size {self.world_size}"
+            )
+        if not _DTYPE_RE.match(self.dtype):
+            raise InvalidArgument(
+                f"scope.dtype {self.dtype[:40]!r} must be a dtype name like 'bfloat16'"
+            )
+        return self
+
+    @property
+    def salt_tag(self) -> str:
+        if not self.salt:
+            return "-"
+        return hashlib.blake2b(self.salt.encode(), digest_size=8).hexdigest()
+
+    def key_prefix(self) -> str:
+        return f"{self.model}@{self.world_size}@{self.worker_id}@{self.dtype}@{self.salt_tag}@"
+
+    def object_key(self, chunk_hash: bytes) -> ObjectKey:
+        return ObjectKey(self.namespace, Kind.KV_BLOCK, self.key_prefix() + chunk_hash.hex())
+
+    def encoded_keys(self, chunk_hashes: Sequence[bytes]) -> list[bytes]:
+        """Catalog keys of the chunks (``ObjectKey.encode`` without the objects)."""
+        base = ObjectKey(self.namespace, Kind.KV_BLOCK, self.key_prefix()).encode()
+        if isinstance(chunk_hashes, PackedHashes):
+            packed, width = chunk_hashes.packed, chunk_hashes.width
+            return [base + hexlify(packed[i : i + width]) for i in range(0, len(packed), width)]
+        return [base + hexlify(h) for h in chunk_hashes]
+
+
+class PackedHashes(Sequence[bytes]):
+    """A chain of equal-width hashes kept as one buffer (LookupPrefix's packed
+    form); indexing yields the individual hashes."""
+
+    def __init__(self, packed: bytes, width: int) -> None:
+        if not 0 < width <= MAX_HASH_BYTES:
+            raise InvalidArgument(f"hash_width must be 1..{MAX_HASH_BYTES}, not {width}")
+        if len(packed) % width:
+            raise InvalidArgument(
+                f"packed_hashes is {len(packed)} bytes, not a multiple of hash_width {width}"
+            )
+        self.packed = packed
+        self.width = width
+
+    def __len__(self) -> int:
+        return len(self.packed) // self.width
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[bytes]: ...
+    def __getitem__(self, i: int | slice) -> bytes | Sequence[bytes]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        return self.packed[i * self.width : (i + 1) * self.width]
+
+
+def check_hashes(chunk_hashes: Sequence[bytes], limit: int, what: str) -> None:
+    if len(chunk_hashes) > limit:
+        raise InvalidArgument(
+            f"{len(chunk_hashes)} chunk hashes in one {what}; the limit is {limit}"
+        )
+    if isinstance(chunk_hashes, PackedHashes):
+        return  # one width, checked on construction
+    lengths = set(map(len, chunk_hashes))
+    if not lengths or (min(lengths) > 0 and max(lengths) <= MAX_HASH_BYTES):
+        return
+    for i, h in enumerate(chunk_hashes):
+        if not 0 < len(h) <= MAX_HASH_BYTES:
+            raise InvalidArgument(
+                f"chunk hash #{i} is {len(h)} bytes; it must be 1..{MAX_HASH_BYTES} bytes"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class BlockPut:
+    """One block announced in a put: the bytes sent are ``size_bytes`` of ``tensor``."""
+
+    chunk_hash: bytes
+    tensor: TensorInfo | None
+    size_bytes: int
+    checksum: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BlockStored:
+    chunk_hash: bytes
+    key: str
+    tier: Tier
+    stored_bytes: int
+    codec: str
+    max_abs_error: float
+
+
+@dataclass(slots=True)
+class BlockRead:
+    """One block of a get. ``view`` holds the original-dtype bytes (None if the
+    block is not stored); call ``release`` once the view is no longer used."""
+
+    chunk_hash: bytes
+    tensor: TensorInfo | None = None
+    view: memoryview | None = None
+    checksum: int = 0
+    codec: str = ""
+    tier: Tier | None = None
+    release: Callable[[], None] = field(default=lambda: None)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixHit:
+    stored_chunks: int
+    tiers: bytes
+    """``Tier`` value of each stored leading chunk, one byte each (chains are long)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrefetchReport:
+    promoted: int
+    resident: int
+    missing: int
+
+
+class _Splitter:
+    """Cuts one stream of byte chunks into consecutive pieces of given sizes."""
+
+    def __init__(self, chunks: Iterable[bytes | memoryview]) -> None:
+        self._it = iter(chunks)
+        self._left = memoryview(b"")
+
+    def take(self, size: int) -> Iterator[memoryview]:
+        """Up to ``size`` bytes as views (fewer if the stream ends early)."""
+        while size > 0:
+            if not self._left:
+                nxt = next(self._it, None)
+                if nxt is None:
+                    return
+                self._left = memoryview(nxt).cast("B")
+                continue
+            piece = self._left[:size]
+            self._left = self._left[size:]
+            size -= len(piece)
+            yield piece
+
+    def extra_bytes(self) -> int:
+        """Bytes left after the last ``take`` (the rest of the stream is drained)."""
+        n = len(self._left)
+        for chunk in self._it:
+            n += len(chunk)
+        return n
+
+
+class KvService:
+    def __init__(
+        self, store: Store, objects: ObjectService, mover: Mover, config: KvConfig
+    ) -> None:
+        self.store = store
+        self.objects = objects
+        self.mover = mover
+        self.config = config
+
+    # -- put ----------------------------------------------------------------------
+    def validate_put(
+        self, scope: KvScope, blocks: Sequence[BlockPut], profile: Profile, session: str, codec: str
+    ) -> str:
+        """Check everything a put announces; returns the normalised codec name."""
+        scope.checked()
+        validate_session(session)
+        cfg = self.config
+        if not blocks:
+            raise InvalidArgument("PutBlocks announces no blocks")
+        check_hashes([b.chunk_hash for b in blocks], cfg.max_batch_blocks, "PutBlocks")
+        if len({b.chunk_hash for b in blocks}) != len(blocks):
+            raise InvalidArgument("PutBlocks names the same chunk hash twice")
+        total = 0
+        for i, b in enumerate(blocks):
+            if b.tensor is None:
+                raise InvalidArgument(f"block #{i} has no tensor metadata (dtype and shape)")
+            if b.size_bytes > cfg.max_block_bytes:
+                raise InvalidArgument(
+                    f"block #{i} is {b.size_bytes} bytes; the limit is {cfg.max_block_bytes} "
+                    "(kv.max_block_bytes)"
+                )
+            try:
+                b.tensor.checked(b.size_bytes)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"block #{i}: {exc.message}") from None
+            total += b.size_bytes
+        if total > cfg.max_batch_bytes:
+            raise InvalidArgument(
+                f"PutBlocks carries {total} bytes; the limit is {cfg.max_batch_bytes} "
+                "(kv.max_batch_bytes): split the batch"
+            )
+        codec = lossy.check_codec_name(codec)
+        precision = profile.resolved(Kind.KV_BLOCK).precision
+        if codec and precision != Precision.LOSSY_OK:
+            raise InvalidArgument(
+                f"codec {codec} needs profile precision LOSSY_OK; this put is {precision.name}"
+            )
+        return codec
+
+    def put_blocks(
+        self,
+        scope: KvScope,
+        blocks: Sequence[BlockPut],
+        chunks: Iterable[bytes | memoryview],
+        *,
+        profile: Profile | None = None,
+        session: str = "",
+        codec: str = "",
+    ) -> list[BlockStored]:
+        """Store a batch of blocks whose bytes arrive, concatenated, in ``chunks``."""
+        profile = profile or Profile()
+        codec = self.validate_put(scope, blocks, profile, session, codec)
+        splitter = _Splitter(chunks)
+        staged: list[tuple[StagedPut, BlockStored]] = []
+        try:
+            for i, block in enumerate(blocks):
+                try:
+                    staged.append(self._stage(scope, block, splitter, profile, session, codec))
+                except TiermemError as exc:
+                    where = f"block #{i} ({block.chunk_hash.hex()}): "
+                    raise type(exc)(where + exc.message) from exc
+            extra = splitter.extra_bytes()
+            if extra:
+                raise InvalidArgument(
+                    f"PutBlocks stream carries {extra} bytes more than its blocks announce"
+                )
+        except BaseException:
+            for st, _ in staged:
+                self.objects.abort_staged(st)
+            raise
+        out: list[BlockStored] = []
+        for k, (st, result) in enumerate(staged):
+            try:
+                meta = self.objects.finish(st)
+            except BaseException:
+                for later, _ in staged[k + 1 :]:
+                    self.objects.abort_staged(later)
+                raise
+            out.append(dataclasses.replace(result, tier=meta.tier))
+        if profile.resolved(Kind.KV_BLOCK).durability == Durability.DURABLE:
+            self.objects.sync()
+        sent = sum(b.size_bytes for b in blocks)
+        self.store.metrics.data_bytes.labels("grpc", "in").inc(sent)
+        self.store.metrics.kv_blocks.labels("put", "stored").inc(len(out))
+        return out
+
+    def _stage(
+        self,
+        scope: KvScope,
+        block: BlockPut,
+        splitter: _Splitter,
+        profile: Profile,
+        session: str,
+        codec: str,
+    ) -> tuple[StagedPut, BlockStored]:
+        key = scope.object_key(block.chunk_hash)
+        spec = PutSpec(
+            key=key,
+            size_bytes=block.size_bytes,
+            profile=profile,
+            tensor=block.tensor,
+            session=session,
+            checksum=block.checksum,
+        )
+        tensor = block.tensor
+        if not codec or tensor is None or not lossy.applicable(codec, tensor):
+            st = self.objects.stage(spec)
+            try:
+                self.objects.receive(st, splitter.take(block.size_bytes))
+            except BaseException:
+                self.objects.abort_staged(st)
+                raise
+            return st, BlockStored(
+                block.chunk_hash, key.key, st.reservation.tier, spec.size_bytes, "", 0.0
+            )
+        raw = np.empty(block.size_bytes, dtype=np.uint8)
+        self.objects.validate(spec)
+        self.objects.receive_into(spec, splitter.take(block.size_bytes), raw.data)
+        encoded = lossy.encode(codec, raw.data, tensor)
+        bound = profile.lossy_max_error
+        if encoded is None or (bound > 0 and encoded.max_abs_error > bound):
+            # Not representable, or the bound would be broken: keep it lossless.
+            payload, used, err = raw.data, "", 0.0
+            spec.checksum = None
+        else:
+            payload, used, err = memoryview(encoded.data), codec, encoded.max_abs_error
+            spec.size_bytes, spec.codec, spec.checksum = len(encoded.data), codec, None
+            self.store.metrics.kv_codec_bytes.labels(codec, "raw").inc(block.size_bytes)
+            self.store.metrics.kv_codec_bytes.labels(codec, "encoded").inc(len(encoded.data))
+        st = self.objects.stage(spec)
+        try:
+            self.objects.receive(st, [payload])
+        except BaseException:
+            self.objects.abort_staged(st)
+            raise
+        return st, BlockStored(
+            block.chunk_hash, key.key, st.reservation.tier, len(payload), used, err
+        )
+
+    # -- get ----------------------------------------------------------------------
+    def get_blocks(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> Iterator[BlockRead]:
+        """Each requested block in order, found or not. Decoded to the original
+        dtype when stored with a codec. The caller releases every BlockRead."""
+        scope.checked()
+        check_hashes(chunk_hashes, self.config.max_batch_blocks, "GetBlocks")
+        with self.store.lock:
+            self.store.catalog.namespace_id(scope.namespace)
+        return self._reads(scope, chunk_hashes)
+
+    def _reads(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> Iterator[BlockRead]:
+        metrics = self.store.metrics
+        for h in chunk_hashes:
+            try:
+                reader = self.objects.read(scope.object_key(h))
+            except NotFound:
+                metrics.kv_blocks.labels("get", "missing").inc()
+                yield BlockRead(h)
+                continue
+            meta = reader.meta
+            metrics.kv_blocks.labels("get", "found").inc()
+            if meta.codec and meta.tensor is not None:
+                try:
+                    data = lossy.decode(reader.view, meta.tensor)
+                finally:
+                    reader.release()
+                yield BlockRead(
+                    h, meta.tensor, memoryview(data), xxhash.xxh3_64_intdigest(data), meta.codec,
+                    meta.tier,
+                )  # fmt: skip
+                continue
+            yield BlockRead(
+                h, meta.tensor, reader.view, meta.checksum, "", meta.tier, reader.release
+            )
+
+    # -- lookup / prefetch ------------------------------------------------------------
+    def _probe(
+        self, scope: KvScope, chunk_hashes: Sequence[bytes], limit: int, what: str
+    ) -> tuple[list[bytes], npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+        """Validate, then the chunks' catalog keys, index rows (-1 = absent) and
+        serving tiers, read under one lock hold with one vectorised index probe."""
+        scope.checked()
+        check_hashes(chunk_hashes, limit, what)
+        keys = scope.encoded_keys(chunk_hashes)
+        catalog = self.store.catalog
+        with self.store.lock:
+            catalog.namespace_id(scope.namespace)
+            rows = catalog.index.find_many(keys)
+            tiers = catalog.index.cols["tier"][np.maximum(rows, 0)]
+        return keys, rows, tiers
+
+    def lookup_prefix(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefixHit:
+        """How many leading chunks of the chain are stored, and their tiers.
+        Answered from the in-memory index alone (no RocksDB read)."""
+        _, rows, tiers = self._probe(
+            scope, chunk_hashes, self.config.max_chain_chunks, "LookupPrefix"
+        )
+        missing = np.flatnonzero(rows < 0)
+        n = int(missing[0]) if len(missing) else len(rows)
+        self.store.metrics.kv_blocks.labels("lookup", "found").inc(n)
+        return PrefixHit(n, tiers[:n].tobytes())
+
+    def prefetch(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefetchReport:
+        """Keep the chunks in memory: refresh resident ones, promote the others."""
+        keys, rows, tiers = self._probe(
+            scope, chunk_hashes, self.config.max_batch_blocks, "Prefetch"
+        )
+        memory = [int(t) for t in self.store.memory]
+        resident = (rows >= 0) & np.isin(tiers, memory)
+        with self.store.lock:
+            for i in np.flatnonzero(resident):
+                # re-find: the row may have been freed since the probe
+                entry = self.store.catalog.find(keys[int(i)])
+                if entry is not None:
+                    self.store.catalog.touch(entry.row)
+        promoted = sum(
+            1 for i in np.flatnonzero((rows >= 0) & ~resident) if self.promote(bytes(keys[int(i)]))
+        )
+        return PrefetchReport(promoted, int(resident.sum()), int((rows < 0).sum()))
+
+    def promote(self, encoded_key: bytes) -> bool:
+        """Bring one block into the fastest memory tier. The single seam through
+        which prefetch moves data (the placement planner takes it over later)."""
+        if not self.store.memory:
+            return False
+        target = next(iter(self.store.memory))
+        return self.mover.move(encoded_key, target)
+
+    # -- delete -------------------------------------------------------------------------
+    def delete_blocks(self, namespace: str, model: str = "", session: str = "") -> tuple[int, int]:
+        """Delete the namespace's KV blocks (only ``model``'s / ``session``'s if
+        given). Returns (blocks deleted, bytes freed)."""
+        validate_namespace(namespace)
+        validate_session(session)
+        if model:
+            KvScope(namespace, model, dtype="x").checked()
+        catalog = self.store.catalog
+        with self.store.lock:
+            catalog.namespace_id(namespace)
+        scope = key_prefix(namespace, Kind.KV_BLOCK, f"{model}@" if model else "")
+        if session:
+            keys: Iterator[bytes] = (
+                k for k in catalog.session_keys(session) if k.startswith(scope)
+            )
+        else:
+            keys = (k for k, _ in catalog.rocks.scan("objects", scope))
+        deleted = freed = 0
+        durable = False
+        page: list[bytes] = []
+        for encoded in keys:
+            page.append(encoded)
+            if len(page) >= _DELETE_PAGE:
+                d, f, dur = self._remove(page)
+                deleted, freed, durable = deleted + d, freed + f, durable or dur
+                page = []
+        d, f, dur = self._remove(page)
+        deleted, freed, durable = deleted + d, freed + f, durable or dur
+        if durable:
+            self.objects.sync()
+        self.store.metrics.kv_blocks.labels("delete", "deleted").inc(deleted)
+        return deleted, freed
+
+    def _remove(self, encoded_keys: list[bytes]) -> tuple[int, int, bool]:
+        """Remove a page of objects under one lock hold: (count, bytes, any durable)."""
+        deleted = freed = 0
+        durable = False
+        catalog = self.store.catalog
+        with self.store.lock:
+            for k in encoded_keys:
+                entry = catalog.find(k)
+                if entry is None:
+                    continue
+                freed += self.store.remove_locked(k, entry)
+                durable = durable or entry.durable
+                deleted += 1
+        return deleted, freed, durable
