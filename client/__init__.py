@@ -16,16 +16,21 @@ from tiermem.client.errors import (
     TiermemClientError,
     UnavailableError,
 )
+from tiermem.client.placement import PlacementClient
 from tiermem.client.sync import Client
 from tiermem.client.types import (
     AccessHint,
+    CostLine,
+    CostReport,
     Durability,
     Kind,
     ObjectInfo,
     Precision,
+    PrefetchResult,
     Profile,
     Stats,
     Tier,
+    TierCost,
     TierStats,
 )
 
@@ -36,16 +41,21 @@ __all__ = [
     "CapacityError",
     "ChecksumError",
     "Client",
+    "CostLine",
+    "CostReport",
     "Durability",
     "InvalidArgumentError",
     "Kind",
     "NotFoundError",
     "ObjectInfo",
     "PermissionDeniedError",
+    "PlacementClient",
     "Precision",
+    "PrefetchResult",
     "Profile",
     "Stats",
     "Tier",
+    "TierCost",
     "TierStats",
     "TiermemClientError",
     "UnavailableError",

@@ -21,9 +21,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
+from tiermem.placement.access import AccessModel
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.interceptor import ServerInterceptor
 from tiermem.server.api.objects import ObjectServicer
+from tiermem.server.api.placement import PlacementServicer
 from tiermem.server.catalog.catalog import Catalog
 from tiermem.server.config import Config
 from tiermem.server.metrics import Metrics
@@ -31,8 +33,10 @@ from tiermem.server.model import Tier
 from tiermem.server.services.admin import AdminService
 from tiermem.server.services.background import BackgroundWorker
 from tiermem.server.services.expiry import Expirer
+from tiermem.server.services.migrator import Migrator
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.objects import ObjectService
+from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.recovery import RecoveryReport, recover
 from tiermem.server.services.store import Store
 from tiermem.server.storage.rocks import RocksStore
@@ -40,13 +44,21 @@ from tiermem.server.tiers.base import MemoryTierEngine
 from tiermem.server.tiers.dram import DramEngine
 from tiermem.server.tiers.hbm import HbmEngine
 from tiermem.server.tiers.ssd import SsdEngine
-from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
+from tiermem.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    object_pb2,
+    object_pb2_grpc,
+    placement_pb2,
+    placement_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
     object_pb2.DESCRIPTOR.services_by_name["ObjectService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    placement_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name,
 )
 
 
@@ -65,6 +77,7 @@ class Daemon:
         self._metrics_server: Any = None
         self._health = health.HealthServicer()
         self._background: BackgroundWorker | None = None
+        self._migrator: Migrator | None = None
         self._rocks: RocksStore | None = None
         self._engines: list[Any] = []
 
@@ -90,11 +103,15 @@ class Daemon:
             ssd_cfg.fsync,
         )
         self._engines = [*memory.values(), ssd]
-        catalog = Catalog(self._rocks)
+        pcfg = cfg.placement
+        catalog = Catalog(
+            self._rocks, AccessModel(half_life_s=pcfg.rate_half_life_s), pcfg.recent_keys
+        )
         self.store = Store(cfg, catalog, memory, ssd, self.metrics)
         self.mover = Mover(self.store)
-        self.objects = ObjectService(self.store, self.mover)
-        self.admin = AdminService(self.store)
+        self.placement = PlacementService(self.store, self.mover, pcfg)
+        self.objects = ObjectService(self.store, self.mover, self.placement)
+        self.admin = AdminService(self.store, self.placement)
         self.expirer = Expirer(self.store)
         self._start_grpc()
         self.recovery = recover(catalog, ssd)
@@ -102,10 +119,13 @@ class Daemon:
         for name in cfg.namespaces:
             catalog.ensure_namespace(name)
         self.metrics.watch_state(self.admin.usage_snapshot)
+        self.metrics.watch_cost(self.admin.cost_snapshot)
         self._background = BackgroundWorker(
-            cfg.background, self.mover, self.expirer, self.objects.pressure
+            cfg.background, self.mover, self.expirer, threading.Event()
         )
         self._background.start()
+        self._migrator = Migrator(self.placement)
+        self._migrator.start()
         self._start_metrics()
         self._ready.set()
         for name in ("", *SERVICE_NAMES):
@@ -129,6 +149,9 @@ class Daemon:
             ObjectServicer(self.objects, cfg.chunk_bytes), server
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(self.admin), server)
+        placement_pb2_grpc.add_PlacementServiceServicer_to_server(
+            PlacementServicer(self.placement), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -153,10 +176,12 @@ class Daemon:
         self.metrics_address = f"{host}:{server.server_port}"
 
     def maintain(self, *, compact: bool = True) -> None:
-        """Run one pass of background work now: watermark demotion, TTL expiry
-        and (optionally) segment compaction. Safe while serving."""
-        if self._background is None:
+        """Run one pass of background work now: queued promotions and a placement
+        plan (moves applied), TTL expiry and (optionally) segment compaction.
+        Safe while serving."""
+        if self._background is None or self._migrator is None:
             raise RuntimeError("the daemon is not started")
+        self._migrator.run_once()
         self._background.run_once(compact=compact)
 
     @property
@@ -174,6 +199,8 @@ class Daemon:
         self._health.enter_graceful_shutdown()
         if self._server is not None:
             self._server.stop(grace).wait()
+        if self._migrator is not None:
+            self._migrator.stop()
         if self._background is not None:
             self._background.stop()
         if self._metrics_server is not None:

@@ -62,6 +62,21 @@ class _StateCollector(Collector):
         return [cap, used, objs, obj_bytes]
 
 
+class _CostCollector(Collector):
+    def __init__(self, snapshot: Callable[[], list[tuple[str, str, float]]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        usd = GaugeMetricFamily(
+            "tiermem_cost_usd_per_hour",
+            "What the bytes held cost per hour, by scope (tier, kind, namespace) and name.",
+            labels=["scope", "name"],
+        )
+        for scope, name, value in self._snapshot():
+            usd.add_metric([scope, name], value)
+        return [usd]
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -118,6 +133,32 @@ class Metrics:
         self.recovery_seconds = Gauge(
             "tiermem_recovery_seconds", "Time the last start-up recovery took.", registry=r
         )
+
+        # -- placement (issue 3) ------------------------------------------------------
+        self.placement_plans = Counter(
+            "tiermem_placement_plans", "Rebalancing plans made by the planner.", registry=r
+        )
+        self.placement_plan_seconds = Histogram(
+            "tiermem_placement_plan_duration_seconds", "Time to snapshot and plan.",
+            buckets=LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.placement_moves = Counter(
+            "tiermem_placement_moves", "Planned moves by action (promote, demote, evict) "
+            "and result (done, skipped: gone, pinned, changed or no room).",
+            ["action", "result"], registry=r,
+        )  # fmt: skip
+        self.placement_prefetches = Counter(
+            "tiermem_placement_prefetched_keys", "Keys named in Prefetch calls.", registry=r
+        )
+        self.placement_dropped_promotions = Counter(
+            "tiermem_placement_dropped_promotions",
+            "Promotions dropped because the queue was full.", registry=r,
+        )  # fmt: skip
+
+    def watch_cost(self, snapshot: Callable[[], list[tuple[str, str, float]]]) -> None:
+        """Register the scrape-time collector of cost per hour: rows of
+        (scope: tier|kind|namespace, name, USD per hour)."""
+        self.registry.register(_CostCollector(snapshot))
 
     def watch_state(self, snapshot: Callable[[], TierUsage]) -> None:
         """Register the scrape-time collector of tier and object gauges."""

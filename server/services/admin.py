@@ -6,8 +6,11 @@ import time
 from dataclasses import dataclass, field
 
 from tiermem import __version__
+from tiermem.placement.cost import CostReport
+from tiermem.placement.model import TIER_NAMES
 from tiermem.server.metrics import TierUsage
 from tiermem.server.model import Kind, Tier
+from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.store import Store
 
 
@@ -29,11 +32,13 @@ class StatsReport:
     tiers: list[TierReport]
     objects: int
     uptime_s: int
+    cost: CostReport | None = None
 
 
 class AdminService:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, placement: PlacementService) -> None:
         self.store = store
+        self.placement = placement
         self._started = time.monotonic()
 
     def stats(self) -> StatsReport:
@@ -62,7 +67,21 @@ class AdminService:
                     )
                 )
         reports.sort(key=lambda r: r.tier)
-        return StatsReport(__version__, reports, objects, int(time.monotonic() - self._started))
+        return StatsReport(
+            __version__,
+            reports,
+            objects,
+            int(time.monotonic() - self._started),
+            self.placement.cost_report(),
+        )
+
+    def cost_snapshot(self) -> list[tuple[str, str, float]]:
+        """Cost per hour by tier, kind and namespace (Prometheus, at scrape time)."""
+        report = self.placement.cost_report()
+        rows = [("tier", TIER_NAMES[t.tier], t.used_usd_per_hour) for t in report.tiers]
+        rows += [("kind", line.name, line.usd_per_hour) for line in report.kinds]
+        rows += [("namespace", line.name, line.usd_per_hour) for line in report.namespaces]
+        return rows
 
     def usage_snapshot(self) -> TierUsage:
         """What the Prometheus state collector exports at scrape time."""

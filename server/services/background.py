@@ -1,7 +1,7 @@
-"""Background work of the daemon, on one thread with bounded passes:
-watermark demotion (woken early by put pressure), TTL expiry and segment
-compaction. Each pass catches and logs its own failure so one bad object
-cannot stop the loop.
+"""Background work of the daemon, on one thread with bounded passes: TTL
+expiry and segment compaction (tier rebalancing has its own thread,
+``services/migrator.py``). Each pass catches and logs its own failure so one
+bad object cannot stop the loop.
 """
 
 from __future__ import annotations
@@ -41,14 +41,10 @@ class BackgroundWorker:
 
     def run_once(self, *, compact: bool = True) -> None:
         """One pass of everything (tests call this to avoid waiting on timers)."""
-        for name, step in (
-            ("watermarks", self._mover.enforce_watermarks),
-            ("expiry", self._expirer.expire_due),
-        ):
-            try:
-                step()
-            except Exception:
-                log.exception("background %s pass failed", name)
+        try:
+            self._expirer.expire_due()
+        except Exception:
+            log.exception("background expiry pass failed")
         if compact:
             try:
                 self._mover.compact()

@@ -17,18 +17,15 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
 import xxhash
 
-from tiermem.placement import admission_order
 from tiermem.server.catalog.catalog import Entry
 from tiermem.server.catalog.index import SEG_INLINE, SEG_NONE
 from tiermem.server.errors import (
     AlreadyExists,
-    CapacityExceeded,
     Corrupted,
     FailedPrecondition,
     InvalidArgument,
@@ -48,6 +45,7 @@ from tiermem.server.model import (
     validate_session,
 )
 from tiermem.server.services.mover import Mover
+from tiermem.server.services.placement import PlacementService, Promotion
 from tiermem.server.services.store import Store, ValueRead
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.ssd import SsdCopy
@@ -79,9 +77,16 @@ class ObjectRead:
     meta: ObjectMeta
     view: memoryview
     _value: ValueRead
+    #: set when the planner wants the object moved up: done from the bytes just
+    #: read when the reader releases them (no second read of the slow copy)
+    _promote: Callable[[], object] | None = None
 
     def release(self) -> None:
-        self._value.release()
+        try:
+            if self._promote is not None:
+                self._promote()
+        finally:
+            self._value.release()
 
     def chunks(self, chunk_bytes: int) -> Iterator[bytes]:
         """The range as ``bytes`` chunks (copies, so the lease can end early)."""
@@ -91,16 +96,16 @@ class ObjectRead:
 
 
 class ObjectService:
-    def __init__(self, store: Store, mover: Mover) -> None:
+    def __init__(self, store: Store, mover: Mover, placement: PlacementService) -> None:
         self.store = store
         self.mover = mover
+        self.placement = placement
         self.catalog = store.catalog
-        self._pressure = threading.Event()
 
     @property
     def pressure(self) -> threading.Event:
-        """Set when a put pushed a tier above its high watermark (wakes the mover)."""
-        return self._pressure
+        """Set when a put pushed a tier above its high watermark (wakes the migrator)."""
+        return self.placement.wake
 
     # -- put ----------------------------------------------------------------------
     def validate(self, spec: PutSpec) -> None:
@@ -128,7 +133,7 @@ class ObjectService:
         durable = profile.durability == Durability.DURABLE
         if durable and not self.store.config.tiers.ssd.enabled:
             raise FailedPrecondition("DURABLE objects need the SSD tier, which is disabled")
-        reservation = self._reserve(spec.size_bytes, profile)
+        reservation = self._reserve(spec.size_bytes, profile, spec.key.kind)
         ssd_copy: SsdCopy | None = None
         location: int | None = None
         encoded = spec.key.encode()
@@ -149,37 +154,13 @@ class ObjectService:
             raise
         if durable and self.store.config.tiers.ssd.fsync:
             self.store.catalog.rocks.flush()  # group commit: syncs the WAL up to our batch
+        self.placement.after_put(encoded, profile)
         self.store.metrics.data_bytes.labels("grpc", "in").inc(spec.size_bytes)
         return meta
 
-    def _reserve(self, size: int, profile: Profile) -> Reservation:
-        states = self.store.tier_states()
-        order = admission_order(size, int(profile.hint), profile.preferred_tier, states)
-        for tier_value in order:
-            tier = Tier(tier_value)
-            if tier == Tier.SSD:
-                if not self.store.ssd.fits(size):
-                    self.mover.evict_ssd_cache(size)
-                if self.store.ssd.fits(size):
-                    buf = np.empty(size, dtype=np.uint8)
-                    return Reservation(Tier.SSD, -1, size, buf.data)
-                continue
-            engine = self.store.memory[tier]
-            reservation = engine.reserve(size)
-            if reservation is None and not profile.pin:
-                self.mover.make_room(tier, engine.cost_of(size))
-                reservation = engine.reserve(size)
-            if reservation is not None:
-                state = states[tier_value]
-                if engine.used_bytes > state.high_bytes:
-                    self._pressure.set()
-                return reservation
-        raise CapacityExceeded(
-            f"no tier can take {size} more bytes: "
-            + ", ".join(
-                f"{Tier(t).name} {s.used_bytes}/{s.capacity_bytes}" for t, s in states.items()
-            )
-        )
+    def _reserve(self, size: int, profile: Profile, kind: Kind) -> Reservation:
+        """Space in the tier the planner admits the object to (see services/placement)."""
+        return self.placement.reserve(size, profile, kind)
 
     def _receive(
         self, spec: PutSpec, chunks: Iterable[bytes | memoryview], buffer: memoryview
@@ -218,7 +199,7 @@ class ObjectService:
     def _write_ssd(self, encoded: bytes, data: memoryview, checksum: int, durable: bool) -> SsdCopy:
         ssd = self.store.ssd
         if not ssd.fits(len(data)):
-            self.mover.evict_ssd_cache(len(data))
+            self.placement.free_ssd(len(data))
         return ssd.write(encoded, data, checksum, durable=durable)
 
     def _commit(
@@ -288,7 +269,7 @@ class ObjectService:
 
         def found(entry: Entry) -> None:
             metas.append(self.catalog.meta(encoded, entry))
-            self.catalog.touch(entry.row)
+            self.catalog.touch(entry.row, encoded)
 
         try:
             entry, value = self.store.read(encoded, found)
@@ -303,7 +284,21 @@ class ObjectService:
             raise OutOfRange(
                 f"range [{offset}, {end}) is outside object {key} of {meta.size_bytes} bytes"
             )
-        return ObjectRead(meta, value.view[offset:end], value)
+        promotion = self.placement.take_promotion(encoded)
+        promote = None if promotion is None else self._promoter(encoded, entry, value, promotion)
+        return ObjectRead(meta, value.view[offset:end], value, promote)
+
+    def _promoter(
+        self, encoded: bytes, entry: Entry, value: ValueRead, promotion: Promotion
+    ) -> Callable[[], object]:
+        def promote() -> object:
+            try:
+                return self.placement.promote(encoded, promotion, entry, value.view)
+            except Exception:  # a failed promotion must not fail the read that ended
+                log.exception("promotion of %s on read failed", ObjectKey.decode(encoded))
+                return False
+
+        return promote
 
     def get_bytes(self, key: ObjectKey) -> tuple[ObjectMeta, bytes]:
         reader = self.read(key)

@@ -17,7 +17,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from tiermem.server.catalog.catalog import Catalog
-from tiermem.server.catalog.index import FLAG_DURABLE, FLAG_LIVE, FLAG_PINNED, SEG_INLINE
+from tiermem.server.catalog.index import (
+    FLAG_DURABLE,
+    FLAG_LIVE,
+    FLAG_PINNED,
+    HINT_MASK,
+    HINT_SHIFT,
+    SEG_INLINE,
+)
 from tiermem.server.model import Durability, Tier
 from tiermem.server.tiers.ssd import SsdEngine
 from tiermem.storage.v1 import records_pb2
@@ -44,7 +51,17 @@ def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
     keys: list[bytes] = []
     cols: dict[str, list[int]] = {
         name: []
-        for name in ("kind", "ns", "size", "seg", "seg_off", "checksum", "flags", "expires")
+        for name in (
+            "kind",
+            "ns",
+            "size",
+            "seg",
+            "seg_off",
+            "checksum",
+            "flags",
+            "expires",
+            "sess",
+        )
     }
     namespaces = catalog.namespaces
     segments = ssd.segments
@@ -66,6 +83,7 @@ def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
             flags |= FLAG_DURABLE
         if m.profile.pin:
             flags |= FLAG_PINNED
+        flags |= (int(m.profile.hint) << HINT_SHIFT) & HINT_MASK
         keys.append(encoded)
         c = cols
         c["kind"].append(m.key.kind)
@@ -76,6 +94,7 @@ def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
         c["checksum"].append(m.checksum.value)
         c["flags"].append(flags)
         c["expires"].append(m.expires_unix_ms)
+        c["sess"].append(catalog.sessions.acquire(m.session))
         if len(keys) >= _BATCH_ROWS:
             _load(catalog, keys, cols)
             report.objects += len(keys)
@@ -115,3 +134,6 @@ def _load(catalog: Catalog, keys: list[bytes], cols: dict[str, list[int]]) -> No
     c["tier"][rows] = int(Tier.SSD)
     c["loc"][rows] = -1
     c["atime"][rows] = time.time()
+    # what reads taught died with the previous process: start from the hint priors
+    hints = (c["flags"][rows] & HINT_MASK) >> HINT_SHIFT
+    c["rate"][rows] = catalog.access.priors(c["kind"][rows], hints)

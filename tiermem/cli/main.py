@@ -81,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="tier capacity and usage by kind")
     _client_args(p)
 
+    p = sub.add_parser("cost", help="what memory costs per hour: by tier, kind, namespace, session")
+    _client_args(p)
+
     p = sub.add_parser("ns", help="namespaces")
     ns_sub = p.add_subparsers(dest="ns_command", required=True)
     q = ns_sub.add_parser("create")
