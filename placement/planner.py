@@ -427,9 +427,12 @@ class Planner:
         left = budget - (int(cum[cut - 1]) if cut else 0)
         rest = order[cut:]
         if left > 0 and len(rest):
-            small = rest[objs.size[rest] <= left]
-            more = small[np.cumsum(objs.size[small]) <= left]
-            chosen = np.concatenate([chosen, more])
+            more = []
+            for i, s in zip(rest.tolist(), objs.size[rest].tolist(), strict=True):
+                if s <= left:
+                    more.append(i)
+                    left -= s
+            chosen = np.concatenate([chosen, np.asarray(more, dtype=np.int64)])
         return chosen.astype(np.int64)
 
     def _order(
