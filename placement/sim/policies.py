@@ -432,20 +432,29 @@ class OracleKnapsack:
             assigned[chosen] = True
         fresh = zip(objs[len(stored) :].tolist(), target[len(stored) :].tolist(), strict=True)
         self.planned = {int(o): int(t) for o, t in fresh}
-        st = target[: len(stored)]
-        # leave first (frees room), fastest tiers last so promotions find room
-        for o, dst in zip(stored.tolist(), st.tolist(), strict=True):
-            src = int(eng.tier[o])
-            if dst == src:
-                continue
+        moves = [
+            (o, int(eng.tier[o]), dst)
+            for o, dst in zip(stored.tolist(), target[: len(stored)].tolist(), strict=True)
+            if dst != int(eng.tier[o])
+        ]
+        # out of memory first (frees room), then HBM -> DRAM, then promotions
+        # into DRAM before HBM so the room they need has been made
+        for o, _src, dst in moves:
             if dst == DROP:
                 eng.drop(o)
-            elif dst > src or (src == SSD and dst == SSD):
+            elif dst == SSD:
+                eng.move(o, SSD)
+        for o, src, dst in sorted(moves, key=lambda m: (m[2] < m[1], -m[2])):
+            if dst in (DROP, SSD):
+                continue
+            if eng.fits(dst, int(eng.size[o])):
                 eng.move(o, dst)
-        for o, dst in sorted(zip(stored.tolist(), st.tolist(), strict=False), key=lambda x: -x[1]):
-            src = int(eng.tier[o])
-            if dst != src and dst != DROP and dst < src and eng.fits(dst, int(eng.size[o])):
-                eng.move(o, dst)
+            elif dst > src:  # a demotion that found no room goes to the floor
+                floor = self._floor_tier(o, now)
+                if floor == DROP:
+                    eng.drop(o)
+                else:
+                    eng.move(o, SSD)
 
     def tick(self, t: float) -> None:
         if t + 1e-9 >= self.next_epoch:

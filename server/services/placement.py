@@ -44,7 +44,7 @@ from tiermem.server.catalog.index import (
 )
 from tiermem.server.config import PlacementConfig
 from tiermem.server.errors import CapacityExceeded, InvalidArgument, NotFound
-from tiermem.server.model import Kind, ObjectKey, Profile, Tier
+from tiermem.server.model import Durability, Kind, ObjectKey, Profile, Tier
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.store import Store
 from tiermem.server.tiers.base import Reservation
@@ -193,7 +193,7 @@ class PlacementService:
             size,
             int(kind),
             prior,
-            profile.durability == 2,
+            profile.durability == Durability.DURABLE,
             states,
             int(profile.preferred_tier) if profile.preferred_tier is not None else None,
         )

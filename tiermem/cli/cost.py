@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
+from tiermem.cli.commands import _human
 from tiermem.client import CostLine, Stats
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def _usd(x: float) -> str:
