@@ -173,13 +173,31 @@ class PriorLearner:
         w = puts / (puts + self.min_samples)
         return w * learned + (1.0 - w) * default
 
-    def table(self) -> FloatArray:
-        """The current prior of every (kind, hint) class, as a [kind, hint] table."""
-        out = np.zeros((5, 4))
+    def reuse_time_s(self, kind: int, hint: int) -> float:
+        """How fast an unread object of the class loses value: the learned mean time
+        to first reuse (blended like the prior), at most the model's tau."""
+        tau = self.model.tau_s
+        puts = float(self._puts[kind, hint])
+        firsts = float(self._firsts[kind, hint])
+        if puts <= 0 or firsts <= 0:
+            return tau
+        learned = min(max(float(self._age[kind, hint]) / firsts, self.model.deadline_lead_s), tau)
+        w = puts / (puts + self.min_samples)
+        return w * learned + (1.0 - w) * tau
+
+    def table(self) -> tuple[FloatArray, FloatArray]:
+        """[kind, hint] tables of the current prior and reuse time of every class."""
+        prior, reuse = np.zeros((5, 4)), np.ones((5, 4))
         for kind in range(5):
             for hint in range(4):
-                out[kind, hint] = self.prior(kind, hint)
-        return out
+                prior[kind, hint] = self.prior(kind, hint)
+                reuse[kind, hint] = self.reuse_time_s(kind, hint)
+        return prior, reuse
+
+    def estimate_unseen(self, kind: int, hint: int, atime: float, now: float) -> float:
+        """Rate of one object never read since written at ``atime``."""
+        age = max(now - atime, 0.0)
+        return self.prior(kind, hint) * math.exp(-age / self.reuse_time_s(kind, hint))
 
     def estimate(
         self,
@@ -191,14 +209,17 @@ class PriorLearner:
         now: float,
     ) -> FloatArray:
         """Access rates at ``now``: objects read since written use their decayed
-        counts; objects never read use their class's *current* prior decayed by
-        their age (so all of a class move together as the prior is learned, and
-        newer ones rank above older ones)."""
+        counts; objects never read use their class's *current* prior, decayed by
+        their age over the class's learned time to first reuse: if reused objects
+        are mostly read back within T seconds, one unread for several T is
+        unlikely to be read at all (a newer one of the class ranks above it)."""
         observed = self.model.estimate(rate, atime, now)
         if seen.all():
             return observed
-        prior = self.table()[kind.astype(np.intp), hint.astype(np.intp)]
-        return np.where(seen, observed, self.model.estimate(prior, atime, now))
+        prior, reuse = self.table()
+        k, h = kind.astype(np.intp), hint.astype(np.intp)
+        age = np.maximum(now - np.asarray(atime, dtype=np.float64), 0.0)
+        return np.where(seen, observed, prior[k, h] * np.exp(-age / reuse[k, h]))
 
     def snapshot(self) -> dict[str, float]:
         """Learned priors per class with samples (for stats and tests)."""

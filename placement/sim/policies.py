@@ -96,8 +96,8 @@ class Tiermem:
         if self.seen[o]:
             r = self.access.estimate_one(float(self.rate[o]), float(self.atime[o]), now)
         else:
-            prior = self.learner.prior(int(self.eng.kind[o]), int(self.eng.trace.hint[o]))
-            r = self.access.estimate_one(prior, float(self.atime[o]), now)
+            kind, hint = int(self.eng.kind[o]), int(self.eng.trace.hint[o])
+            r = self.learner.estimate_unseen(kind, hint, float(self.atime[o]), now)
         if self.use_hints:
             r += self.access.deadline_boost_one(float(self.deadline[o]), now)
         return r

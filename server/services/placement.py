@@ -172,11 +172,12 @@ class PlacementService:
     def _rate(self, row: int, now: float) -> float:
         c = self.catalog.index.cols
         flags = int(c["flags"][row])
-        rate = float(c["rate"][row])
-        if not flags & FLAG_SEEN:
+        atime = float(c["atime"][row])
+        if flags & FLAG_SEEN:
+            rate = self.access.estimate_one(float(c["rate"][row]), atime, now)
+        else:
             hint = (flags & HINT_MASK) >> HINT_SHIFT
-            rate = self.catalog.learner.prior(int(c["kind"][row]), hint)
-        rate = self.access.estimate_one(rate, float(c["atime"][row]), now)
+            rate = self.catalog.learner.estimate_unseen(int(c["kind"][row]), hint, atime, now)
         deadline = self.deadlines.get(row)
         if deadline is not None:
             rate += self.access.deadline_boost_one(deadline, now)
