@@ -79,6 +79,15 @@ class Entry:
             other.checksum,
         )
 
+    def same_ssd_copy(self, other: Entry) -> bool:
+        """True if ``other`` still has the very SSD copy this snapshot saw (its
+        serving copy may have moved between tiers meanwhile)."""
+        return _ssd_copy(self) == _ssd_copy(other)
+
+
+def _ssd_copy(e: Entry) -> tuple[int, int, int, int]:
+    return (e.row, e.seg, e.seg_off, e.checksum)
+
 
 def session_index_key(session: str, encoded_key: bytes) -> bytes:
     return session.encode() + b"\x00" + encoded_key

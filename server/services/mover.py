@@ -171,7 +171,9 @@ class Mover:
             with store.lock:
                 now = self.catalog.find(info.key)
                 rec = self.catalog.record(info.key) if now is not None else None
-                if now is None or rec is None or not now.same_copy(entry):
+                # the serving copy may have been promoted or demoted meanwhile: what
+                # matters is that the SSD copy in this segment is still the object's
+                if now is None or rec is None or not now.same_ssd_copy(entry):
                     segments.release(new_seg, len(info.key), entry.size)
                     continue
                 batch = self.catalog.rocks.batch()
