@@ -74,6 +74,7 @@ unit: venv
 	$(BIN)/python -m pytest -q tests/unit $(PYTEST_ARGS)
 
 bench: venv
+	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python -m bench.run_all
 
 clean:

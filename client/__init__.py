@@ -18,18 +18,23 @@ from tiermem.client.errors import (
 )
 from tiermem.client.kv import FetchedBlock, KvBlock, KvClient, KvScope, PrefixHit, StoredBlock
 from tiermem.client.operators import OperatorInfo
+from tiermem.client.placement import PlacementClient
 from tiermem.client.scratch import NewRecord, RecordDurability, RecordKind, ScratchRecord
 from tiermem.client.sessions import CloseResult, Grant, LedgerEntry, SessionInfo
 from tiermem.client.sync import Client
 from tiermem.client.types import (
     AccessHint,
+    CostLine,
+    CostReport,
     Durability,
     Kind,
     ObjectInfo,
     Precision,
+    PrefetchResult,
     Profile,
     Stats,
     Tier,
+    TierCost,
     TierStats,
 )
 
@@ -41,6 +46,8 @@ __all__ = [
     "ChecksumError",
     "Client",
     "CloseResult",
+    "CostLine",
+    "CostReport",
     "Durability",
     "FetchedBlock",
     "Grant",
@@ -55,7 +62,9 @@ __all__ = [
     "ObjectInfo",
     "OperatorInfo",
     "PermissionDeniedError",
+    "PlacementClient",
     "Precision",
+    "PrefetchResult",
     "PrefixHit",
     "Profile",
     "RecordDurability",
@@ -65,6 +74,7 @@ __all__ = [
     "Stats",
     "StoredBlock",
     "Tier",
+    "TierCost",
     "TierStats",
     "TiermemClientError",
     "UnavailableError",

@@ -11,6 +11,8 @@ import numpy as np
 from tiermem.client.errors import ChecksumError
 from tiermem.client.types import (
     AccessHint,
+    CostLine,
+    CostReport,
     Durability,
     Kind,
     ObjectInfo,
@@ -18,6 +20,7 @@ from tiermem.client.types import (
     Profile,
     Stats,
     Tier,
+    TierCost,
     TierStats,
 )
 from tiermem.v1 import admin_pb2, common_pb2, object_pb2
@@ -170,8 +173,34 @@ def verify_get(meta: ObjectInfo, data: bytes | bytearray | memoryview, whole: bo
         )
 
 
+def cost(msg: admin_pb2.CostReport) -> CostReport:
+    def lines(items: Any) -> list[CostLine]:
+        return [CostLine(x.name, x.bytes, x.usd_per_hour) for x in items]
+
+    return CostReport(
+        tiers=[
+            TierCost(
+                Tier(t.tier),
+                t.capacity_bytes,
+                t.used_bytes,
+                t.price_per_gib_hour,
+                t.capacity_usd_per_hour,
+                t.used_usd_per_hour,
+            )
+            for t in msg.tiers
+        ],
+        kinds=lines(msg.kinds),
+        namespaces=lines(msg.namespaces),
+        sessions=lines(msg.sessions),
+        sessions_omitted=msg.sessions_omitted,
+        used_usd_per_hour=msg.used_usd_per_hour,
+        capacity_usd_per_hour=msg.capacity_usd_per_hour,
+    )
+
+
 def stats(msg: admin_pb2.StatsResponse) -> Stats:
     return Stats(
+        cost=cost(msg.cost) if msg.HasField("cost") else None,
         version=msg.version,
         objects=msg.objects,
         uptime_s=msg.uptime_s,

@@ -429,7 +429,7 @@ class KvClient:
         self, scope: KvScope, chunk_hashes: Sequence[ChunkHash], *, timeout_s: float | None = None
     ) -> PrefetchResult:
         """Hint that these chunks will be read soon: the daemon keeps them in memory."""
-        request = kv_pb2.PrefetchRequest(
+        request = kv_pb2.PrefetchBlocksRequest(
             scope=self._scope(scope), chunk_hashes=_hashes(chunk_hashes)
         )
         reply = self.transport.call(

@@ -26,6 +26,7 @@ from tiermem.client.fastpath import (
 )
 from tiermem.client.kv import KvClient
 from tiermem.client.operators import OperatorsClient
+from tiermem.client.placement import PlacementClient
 from tiermem.client.scratch import ScratchClient
 from tiermem.client.sessions import SESSION_METADATA, SessionsClient
 from tiermem.client.types import Kind, ObjectInfo, Profile, Stats
@@ -83,6 +84,7 @@ class Client:
         self.kv = KvClient(
             self.transport, namespace=namespace, chunk_bytes=chunk_bytes, verify=verify
         )
+        self.placement = PlacementClient(self.transport, namespace)
         self.sessions = SessionsClient(self.transport)
         self.scratch = ScratchClient(self.transport)
         self.operators = OperatorsClient(self.transport)

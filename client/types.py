@@ -88,8 +88,46 @@ class TierStats:
 
 
 @dataclass(frozen=True, slots=True)
+class CostLine:
+    name: str
+    bytes: int
+    usd_per_hour: float
+
+
+@dataclass(frozen=True, slots=True)
+class TierCost:
+    tier: Tier
+    capacity_bytes: int
+    used_bytes: int
+    price_per_gib_hour: float
+    capacity_usd_per_hour: float
+    used_usd_per_hour: float
+
+
+@dataclass(frozen=True, slots=True)
+class CostReport:
+    """What memory costs per hour (USD) by tier, kind, namespace and session."""
+
+    tiers: list[TierCost]
+    kinds: list[CostLine]
+    namespaces: list[CostLine]
+    sessions: list[CostLine]
+    sessions_omitted: int
+    used_usd_per_hour: float
+    capacity_usd_per_hour: float
+
+
+@dataclass(frozen=True, slots=True)
+class PrefetchResult:
+    queued: int
+    resident: int
+    missing: int
+
+
+@dataclass(frozen=True, slots=True)
 class Stats:
     version: str
     objects: int
     uptime_s: int
     tiers: list[TierStats]
+    cost: CostReport | None = None

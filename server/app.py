@@ -22,12 +22,14 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
 from tiermem import __version__
+from tiermem.placement.access import AccessModel
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.agent import OperatorServicer, ScratchServicer, SessionServicer
 from tiermem.server.api.dataplane import DataPlaneServicer
 from tiermem.server.api.interceptor import ServerInterceptor
 from tiermem.server.api.kv import KvServicer
 from tiermem.server.api.objects import ObjectServicer
+from tiermem.server.api.placement import PlacementServicer
 from tiermem.server.catalog.catalog import Catalog
 from tiermem.server.config import Config
 from tiermem.server.dataplane.plane import DataPlane
@@ -43,9 +45,11 @@ from tiermem.server.services.admin import AdminService
 from tiermem.server.services.background import BackgroundWorker
 from tiermem.server.services.expiry import Expirer
 from tiermem.server.services.kv import KvService
+from tiermem.server.services.migrator import Migrator
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.objects import ObjectService
 from tiermem.server.services.periodic import Periodic
+from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.recovery import RecoveryReport, recover
 from tiermem.server.services.store import Store
 from tiermem.server.sessions.guard import SessionGuard
@@ -66,6 +70,8 @@ from tiermem.v1 import (
     object_pb2_grpc,
     operators_pb2,
     operators_pb2_grpc,
+    placement_pb2,
+    placement_pb2_grpc,
     scratch_pb2,
     scratch_pb2_grpc,
     sessions_pb2,
@@ -82,6 +88,7 @@ SERVICE_NAMES = (
     scratch_pb2.DESCRIPTOR.services_by_name["ScratchService"].full_name,
     operators_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name,
     kv_pb2.DESCRIPTOR.services_by_name["KvService"].full_name,
+    placement_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name,
 )
 
 
@@ -100,6 +107,7 @@ class Daemon:
         self._metrics_server: Any = None
         self._health = health.HealthServicer()
         self._background: BackgroundWorker | None = None
+        self._migrator: Migrator | None = None
         self._rocks: RocksStore | None = None
         self._engines: list[Any] = []
         self.dataplane: DataPlane | None = None
@@ -142,11 +150,15 @@ class Daemon:
             ssd_cfg.fsync,
         )
         self._engines = [*memory.values(), ssd]
-        catalog = Catalog(self._rocks)
+        pcfg = cfg.placement
+        catalog = Catalog(
+            self._rocks, AccessModel(half_life_s=pcfg.rate_half_life_s), pcfg.recent_keys
+        )
         self.store = Store(cfg, catalog, memory, ssd, self.metrics)
         self.mover = Mover(self.store)
-        self.objects = ObjectService(self.store, self.mover)
-        self.admin = AdminService(self.store)
+        self.placement = PlacementService(self.store, self.mover, pcfg)
+        self.objects = ObjectService(self.store, self.mover, self.placement)
+        self.admin = AdminService(self.store, self.placement)
         self.kv = KvService(self.store, self.objects, self.mover, cfg.kv)
         self.expirer = Expirer(self.store)
         store = self.store
@@ -166,10 +178,12 @@ class Daemon:
             cfg.background,
             self.mover,
             self.expirer,
-            self.objects.pressure,
+            threading.Event(),  # put pressure wakes the migrator, not this worker
             reapers=[("dataplane leases", self.dataplane.reap_expired)],
         )
         self._background.start()
+        self._migrator = Migrator(self.placement)
+        self._migrator.start()
         self._ready.set()
         self.metrics.ready.set(1)
         for name in ("", *SERVICE_NAMES):
@@ -254,6 +268,9 @@ class Daemon:
             OperatorServicer(self.operators), server
         )
         kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self.kv, cfg.chunk_bytes), server)
+        placement_pb2_grpc.add_PlacementServiceServicer_to_server(
+            PlacementServicer(self.placement), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -287,10 +304,12 @@ class Daemon:
         self.metrics_address = f"{host}:{server.server_port}"
 
     def maintain(self, *, compact: bool = True) -> None:
-        """Run one pass of background work now: watermark demotion, TTL expiry
-        and (optionally) segment compaction. Safe while serving."""
-        if self._background is None:
+        """Run one pass of background work now: queued promotions and a placement
+        plan (moves applied), TTL expiry and (optionally) segment compaction.
+        Safe while serving."""
+        if self._background is None or self._migrator is None:
             raise RuntimeError("the daemon is not started")
+        self._migrator.run_once()
         self._background.run_once(compact=compact)
 
     @property
@@ -309,6 +328,8 @@ class Daemon:
         self._health.enter_graceful_shutdown()
         if self._server is not None:
             self._server.stop(grace).wait()
+        if self._migrator is not None:
+            self._migrator.stop()
         if self.dataplane is not None:
             self.dataplane.stop()
         if self._background is not None:

@@ -142,20 +142,6 @@ class MetricsConfig(_Section):
     usage of the rest is summed under namespace="~other", keeping series bounded."""
 
 
-class CostConfig(_Section):
-    """Prices behind `tiermem_cost_usd_per_hour`: stored bytes x price per GiB-hour.
-    Defaults are rough 2025 cloud list prices; set your own."""
-
-    hbm_usd_per_gib_hour: float = Field(default=0.03, ge=0)
-    """HBM: an 80 GiB accelerator at about 2.40 USD per hour (USD per GiB-hour)."""
-    dram_usd_per_gib_hour: float = Field(default=0.005, ge=0)
-    """DRAM: memory share of a cloud VM, about 3.6 USD per GiB-month (USD per GiB-hour)."""
-    ssd_usd_per_gib_hour: float = Field(default=0.0002, ge=0)
-    """Local NVMe SSD, about 0.15 USD per GiB-month (USD per GiB-hour)."""
-    remote_usd_per_gib_hour: float = Field(default=0.00003, ge=0)
-    """Remote object storage, about 0.023 USD per GiB-month (USD per GiB-hour)."""
-
-
 class LoggingConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     """Log level."""
@@ -165,7 +151,7 @@ class LoggingConfig(_Section):
 
 class BackgroundConfig(_Section):
     migrate_interval_s: float = Field(default=0.5, gt=0)
-    """Seconds between checks of tier watermarks (demotion) and TTL expiry."""
+    """Seconds between TTL expiry checks (tier rebalancing: ``placement.plan_interval_s``)."""
     compaction_interval_s: float = Field(default=10.0, gt=0)
     """Seconds between checks for segments worth compacting."""
 
@@ -287,6 +273,69 @@ class AgentConfig(_Section):
     operators: OperatorsConfig = OperatorsConfig()
 
 
+# -- placement (issue 3) -------------------------------------------------------------
+class TierCostConfig(_Section):
+    latency_s: float = Field(ge=0)
+    """Time to first byte of one read from the tier (seconds)."""
+    bandwidth_bytes_per_s: float = Field(gt=0)
+    """Sustained read bandwidth from the tier to its consumer (bytes/s)."""
+    price_per_gib_hour: float = Field(ge=0)
+    """What one GiB held on the tier costs per hour (USD), for `tiermem cost`."""
+
+
+class TierCostsConfig(_Section):
+    hbm: TierCostConfig = TierCostConfig(
+        latency_s=2e-6, bandwidth_bytes_per_s=1.0e12, price_per_gib_hour=0.04
+    )
+    """HBM read in place by the GPU; an 80 GB accelerator at about $3/h."""
+    dram: TierCostConfig = TierCostConfig(
+        latency_s=5e-6, bandwidth_bytes_per_s=20e9, price_per_gib_hour=0.004
+    )
+    """Host memory, over PCIe 4.0 x16 to the GPU or memcpy to the CPU."""
+    ssd: TierCostConfig = TierCostConfig(
+        latency_s=100e-6, bandwidth_bytes_per_s=3e9, price_per_gib_hour=0.00012
+    )
+    """A datacentre NVMe SSD at about $0.08/GB-month."""
+    remote: TierCostConfig = TierCostConfig(
+        latency_s=2e-3, bandwidth_bytes_per_s=1.25e9, price_per_gib_hour=0.00003
+    )
+    """A remote store over 10 GbE at object-storage prices."""
+
+
+class QuotaConfig(_Section):
+    namespace: str
+    """Namespace the quota applies to."""
+    tier: Literal["hbm", "dram"]
+    """Memory tier the quota limits."""
+    max_bytes: ByteSize
+    """Most bytes of the namespace the planner keeps on that tier."""
+
+
+class PlacementConfig(_Section):
+    plan_interval_s: float = Field(default=1.0, gt=0)
+    """Seconds between rebalancing plans (woken early by put pressure and prefetches)."""
+    migrate_bandwidth_bytes_per_s: ByteSize = ByteSize(512 * MiB)
+    """Bytes per second the background migrator may copy between tiers."""
+    rate_half_life_s: float = Field(default=20.0, gt=0)
+    """Half-life of an access in the decayed access-rate estimate (seconds)."""
+    horizon_s: float = Field(default=30.0, gt=0)
+    """A move must pay back its copy cost in saved access time within this time (s)."""
+    hysteresis: float = Field(default=0.25, ge=0)
+    """A challenger must beat a resident's benefit density by this fraction to displace it."""
+    promote_on_read: bool = True
+    """Promote an object read from a slower tier right away when the planner says so."""
+    max_keys_per_request: int = Field(default=1000, ge=1, le=100_000)
+    """Most keys one Prefetch, Pin or Unpin call may name."""
+    recent_keys: int = Field(default=100_000, ge=0)
+    """Keys of recently read SSD-served objects remembered for promotion (entries)."""
+    top_sessions: int = Field(default=20, ge=0, le=1000)
+    """Sessions listed in the cost report (the most expensive first)."""
+    quotas: list[QuotaConfig] = []
+    """Per-namespace byte limits on memory tiers the planner respects."""
+    costs: TierCostsConfig = TierCostsConfig()
+    """Latency, bandwidth and price of each tier (the cost model)."""
+
+
 class Config(BaseSettings):
     """The daemon's whole configuration."""
 
@@ -308,10 +357,10 @@ class Config(BaseSettings):
     metrics: MetricsConfig = MetricsConfig()
     logging: LoggingConfig = LoggingConfig()
     background: BackgroundConfig = BackgroundConfig()
-    cost: CostConfig = CostConfig()
     dataplane: DataPlaneConfig = DataPlaneConfig()
     agent: AgentConfig = AgentConfig()
     """Sessions, scratchpad write-back and operators."""
+    placement: PlacementConfig = PlacementConfig()
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> Config:

@@ -84,8 +84,21 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
     "how": frozenset({"released", "committed", "aborted", "expired"}),
     "op": frozenset({"put", "get", "-", "lookup", "delete"}),
     "result": frozenset(
-        {"ok", "refused", "failed", "broken", "stored", "found", "missing", "deleted"}
+        {
+            "ok",
+            "refused",
+            "failed",
+            "broken",
+            "stored",
+            "found",
+            "missing",
+            "deleted",
+            "done",
+            "skipped",
+        }
     ),
+    # placement
+    "action": frozenset({"promote", "demote", "evict"}),
     # KV codecs
     "codec": frozenset({"fp8_e4m3", "int8"}),
     "form": frozenset({"raw", "encoded"}),
@@ -161,7 +174,8 @@ class _StateCollector(Collector):
         )  # fmt: skip
         cost = GaugeMetricFamily(
             "tiermem_cost_usd_per_hour",
-            "What the stored copies cost per hour at the configured prices (cost.*).",
+            "What the stored copies cost per hour at the configured prices "
+            "(placement.costs.*.price_per_gib_hour).",
             labels=labels,
         )
         for row in snap.rows:
@@ -398,6 +412,23 @@ class Metrics:
         self.kv_codec_bytes = Counter(
             "tiermem_kv_codec_bytes", "Bytes through the lossy KV codecs, before and after.",
             ["codec", "form"], registry=r,
+        )  # fmt: skip
+
+        # -- placement (issue 3) ------------------------------------------------------
+        self.placement_plans = Counter(
+            "tiermem_placement_plans", "Rebalancing plans made by the planner.", registry=r
+        )
+        self.placement_moves = Counter(
+            "tiermem_placement_moves", "Planned moves by action (promote, demote, evict) "
+            "and result (done, skipped: gone, pinned, changed or no room).",
+            ["action", "result"], registry=r,
+        )  # fmt: skip
+        self.placement_prefetches = Counter(
+            "tiermem_placement_prefetched_keys", "Keys named in Prefetch calls.", registry=r
+        )
+        self.placement_dropped_promotions = Counter(
+            "tiermem_placement_dropped_promotions",
+            "Promotions dropped because the queue was full.", registry=r,
         )  # fmt: skip
 
     def count_read(self, kind: str, served_by: str | None, tiers: Sequence[str]) -> None:

@@ -4,8 +4,37 @@ from __future__ import annotations
 
 import grpc
 
+from tiermem.placement.cost import CostLine, CostReport
 from tiermem.server.services.admin import AdminService
 from tiermem.v1 import admin_pb2, admin_pb2_grpc
+
+
+def _lines(lines: list[CostLine]) -> list[admin_pb2.CostLine]:
+    return [
+        admin_pb2.CostLine(name=x.name, bytes=x.bytes, usd_per_hour=x.usd_per_hour) for x in lines
+    ]
+
+
+def cost_to_proto(report: CostReport) -> admin_pb2.CostReport:
+    return admin_pb2.CostReport(
+        tiers=[
+            admin_pb2.TierCost(
+                tier=t.tier,  # type: ignore[arg-type]
+                capacity_bytes=t.capacity_bytes,
+                used_bytes=t.used_bytes,
+                price_per_gib_hour=t.price_per_gib_hour,
+                capacity_usd_per_hour=t.capacity_usd_per_hour,
+                used_usd_per_hour=t.used_usd_per_hour,
+            )
+            for t in report.tiers
+        ],
+        kinds=_lines(report.kinds),
+        namespaces=_lines(report.namespaces),
+        sessions=_lines(report.sessions),
+        sessions_omitted=report.sessions_omitted,
+        used_usd_per_hour=report.used_usd_per_hour,
+        capacity_usd_per_hour=report.capacity_usd_per_hour,
+    )
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
@@ -16,7 +45,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.StatsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.StatsResponse:
         report = self._admin.stats()
+        cost = cost_to_proto(report.cost) if report.cost is not None else None
         return admin_pb2.StatsResponse(
+            cost=cost,
             version=report.version,
             objects=report.objects,
             uptime_s=report.uptime_s,

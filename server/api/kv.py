@@ -128,10 +128,10 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
         )
 
     def Prefetch(
-        self, request: kv_pb2.PrefetchRequest, context: grpc.ServicerContext
-    ) -> kv_pb2.PrefetchResponse:
+        self, request: kv_pb2.PrefetchBlocksRequest, context: grpc.ServicerContext
+    ) -> kv_pb2.PrefetchBlocksResponse:
         report = self._kv.prefetch(scope_from_proto(request.scope), list(request.chunk_hashes))
-        return kv_pb2.PrefetchResponse(
+        return kv_pb2.PrefetchBlocksResponse(
             promoted=report.promoted, resident=report.resident, missing=report.missing
         )
 

@@ -14,23 +14,29 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from tiermem.placement.access import AccessModel, PriorLearner
 from tiermem.server.catalog import records
 from tiermem.server.catalog.index import (
     FLAG_DURABLE,
     FLAG_LIVE,
     FLAG_PINNED,
+    FLAG_SEEN,
+    HINT_MASK,
+    HINT_SHIFT,
     SEG_INLINE,
     SEG_NONE,
     ObjectIndex,
 )
 from tiermem.server.catalog.records import StoredRecord
+from tiermem.server.catalog.sessions import SessionIds
 from tiermem.server.errors import NotFound
 from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Tier, validate_namespace
 from tiermem.server.protoconv import meta_from_proto
@@ -77,6 +83,15 @@ class Entry:
             other.checksum,
         )
 
+    def same_ssd_copy(self, other: Entry) -> bool:
+        """True if ``other`` still has the very SSD copy this snapshot saw (its
+        serving copy may have moved between tiers meanwhile)."""
+        return _ssd_copy(self) == _ssd_copy(other)
+
+
+def _ssd_copy(e: Entry) -> tuple[int, int, int, int]:
+    return (e.row, e.seg, e.seg_off, e.checksum)
+
 
 def session_index_key(session: str, encoded_key: bytes) -> bytes:
     return session.encode() + b"\x00" + encoded_key
@@ -86,13 +101,28 @@ def expiry_index_key(expires_ms: int, encoded_key: bytes) -> bytes:
     return _EXPIRY.pack(expires_ms) + encoded_key
 
 
+#: Called under the lock after a read counted an access: (row, encoded key or None).
+AccessHook = Callable[[int, bytes | None], None]
+
+
 class Catalog:
-    def __init__(self, rocks: RocksStore) -> None:
+    def __init__(
+        self, rocks: RocksStore, access: AccessModel | None = None, recent_keys: int = 100_000
+    ) -> None:
         self.rocks = rocks
         self.index = ObjectIndex()
         #: encoded key of every row whose serving copy is in HBM or DRAM (needed to
         #: demote it); bounded by what fits in those tiers.
         self.resident_keys: dict[int, bytes] = {}
+        #: keys of recently read or written rows served from SSD (needed to promote
+        #: them), least recent first; at most ``recent_keys_max`` entries.
+        self.recent_keys: OrderedDict[int, bytes] = OrderedDict()
+        self.recent_keys_max = recent_keys
+        #: the access model: ``rate``/``atime`` columns, priors learned per class
+        self.access = access or AccessModel()
+        self.learner = PriorLearner(self.access)
+        self.sessions = SessionIds()
+        self.on_access: AccessHook | None = None
         self.namespaces: dict[str, int] = {}
         for name, raw in rocks.scan("namespaces"):
             self.namespaces[name.decode()] = int.from_bytes(raw[:2], "little")
@@ -159,18 +189,32 @@ class Catalog:
         if row is None:
             row = self.index.insert(encoded_key)
         c = self.index.cols
-        flags = int(c["flags"][row]) & 1  # keep FLAG_LIVE
+        now = time.time()
+        old_flags = int(c["flags"][row])
+        flags = old_flags & 1  # keep FLAG_LIVE
         if meta.durable:
             flags |= FLAG_DURABLE
         if meta.profile.pin:
             flags |= FLAG_PINNED
+        kind, hint = int(meta.key.kind), int(meta.profile.hint)
+        flags |= (hint << HINT_SHIFT) & HINT_MASK
         c["flags"][row] = flags
-        c["kind"][row] = int(meta.key.kind)
+        c["kind"][row] = kind
         c["ns"][row] = self.namespaces.get(meta.key.namespace, 0)
         c["size"][row] = meta.size_bytes
         c["checksum"][row] = meta.checksum
         c["expires"][row] = meta.expires_unix_ms
-        c["atime"][row] = time.time()
+        prior = self.learner.prior(kind, hint)
+        self.learner.on_put(kind, hint, now)
+        if old_flags & FLAG_SEEN:  # an overwrite keeps what reads taught about the key
+            prior = max(
+                prior, self.access.estimate_one(float(c["rate"][row]), float(c["atime"][row]), now)
+            )
+        c["rate"][row] = prior
+        c["atime"][row] = now
+        old_sess = int(c["sess"][row])
+        c["sess"][row] = self.sessions.acquire(meta.session)
+        self.sessions.release(old_sess)
         self.place(row, encoded_key, tier=tier, loc=loc, seg=seg, seg_off=seg_off)
         return row
 
@@ -185,19 +229,54 @@ class Catalog:
         c["seg_off"][row] = seg_off
         if tier in (Tier.HBM, Tier.DRAM):
             self.resident_keys[row] = encoded_key
+            self.recent_keys.pop(row, None)
         else:
             self.resident_keys.pop(row, None)
+            self.remember(row, encoded_key)
+
+    def remember(self, row: int, encoded_key: bytes) -> None:
+        """Keep the key of a non-resident row (bounded, least recent dropped)."""
+        keys = self.recent_keys
+        keys[row] = encoded_key
+        keys.move_to_end(row)
+        while len(keys) > self.recent_keys_max:
+            keys.popitem(last=False)
+
+    def key_of(self, row: int) -> bytes | None:
+        """Encoded key of a row if known without a scan: resident in memory, or a
+        recently read or written SSD row."""
+        key = self.resident_keys.get(row)
+        return key if key is not None else self.recent_keys.get(row)
 
     def set_pinned(self, row: int, pinned: bool) -> None:
         c = self.index.cols["flags"]
         c[row] = (int(c[row]) | FLAG_PINNED) if pinned else (int(c[row]) & ~FLAG_PINNED)
 
-    def touch(self, row: int) -> None:
-        self.index.cols["atime"][row] = time.time()
+    def touch(self, row: int, encoded_key: bytes | None = None) -> None:
+        """Count a read of ``row`` now: decayed rate, last access, first-read
+        learning; remember its key if it is served from SSD (so it can be
+        promoted), then tell ``on_access`` (promotion on read)."""
+        c = self.index.cols
+        now = time.time()
+        flags = int(c["flags"][row])
+        if not flags & FLAG_SEEN:
+            c["flags"][row] = flags | FLAG_SEEN
+            hint = (flags & HINT_MASK) >> HINT_SHIFT
+            self.learner.on_first_read(int(c["kind"][row]), hint, now - float(c["atime"][row]), now)
+        c["rate"][row] = self.access.record_one(float(c["rate"][row]), float(c["atime"][row]), now)
+        c["atime"][row] = now
+        if encoded_key is not None and row not in self.resident_keys:
+            self.remember(row, encoded_key)
+        if self.on_access is not None:
+            self.on_access(row, encoded_key)
 
     def remove_row(self, encoded_key: bytes) -> None:
         row = self.index.remove(encoded_key)
         self.resident_keys.pop(row, None)
+        self.recent_keys.pop(row, None)
+        sess = self.index.cols["sess"]
+        self.sessions.release(int(sess[row]))
+        sess[row] = 0
 
     # -- records ----------------------------------------------------------------
     def record(self, encoded_key: bytes) -> StoredRecord | None:
@@ -236,6 +315,20 @@ class Catalog:
             return False
         batch.put("objects", encoded_key, records.with_ssd_location(raw, seg, seg_off))
         return True
+
+    def store_pinned(self, encoded_key: bytes, pinned: bool) -> None:
+        """Persist a pin change in the record (header flag and metadata)."""
+        raw = self.rocks.get("objects", encoded_key)
+        if raw is None:
+            return
+        rec = records.decode(raw)
+        if rec.meta.profile.pin == pinned and bool(rec.flags & FLAG_PINNED) == pinned:
+            return
+        rec.meta.profile.pin = pinned
+        header = records.with_pinned(raw, pinned)[: records.HEADER.size]
+        batch = self.rocks.batch()
+        batch.put("objects", encoded_key, header + rec.meta.SerializeToString())
+        batch.commit(sync=False)
 
     def stage_removal(
         self, batch: Batch, encoded_key: bytes, session: str, expires_ms: int

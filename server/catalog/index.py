@@ -9,7 +9,12 @@ map keyed by the encoded key. Measured cost is about 190 bytes per object.
 Column layout (one row per object)::
 
     check u64 | tier u8 | kind u8 | flags u8 | ns u16 | size i64 | loc i64 |
-    seg i32 | seg_off i64 | checksum u64 | atime f64 | rate f32 | expires u64
+    seg i32 | seg_off i64 | checksum u64 | atime f64 | rate f32 | expires u64 | sess u32
+
+``flags`` holds FLAG_LIVE / FLAG_DURABLE / FLAG_PINNED / FLAG_SEEN and the
+access hint (bits 4-5); ``atime`` / ``rate`` are the access model's last access
+and decayed rate (``tiermem.placement.access``); ``sess`` an interned session id
+(``catalog.sessions``; 0 = none) for cost per session.
 
 ``loc`` is the tier engine's location of the serving copy (DRAM/HBM), ``seg`` /
 ``seg_off`` the SSD copy (``SEG_INLINE`` = inline in RocksDB, ``SEG_NONE`` = no
@@ -28,14 +33,31 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
+from tiermem.placement.model import (  # the flag bits are shared with the planner
+    FLAG_DURABLE,
+    FLAG_LIVE,
+    FLAG_PINNED,
+    FLAG_SEEN,
+    HINT_MASK,
+    HINT_SHIFT,
+)
 from tiermem.server.errors import InvariantViolation, invariant
 
 SEG_NONE = -2
 SEG_INLINE = -1
 
-FLAG_LIVE = 1
-FLAG_DURABLE = 2
-FLAG_PINNED = 4
+__all__ = [
+    "FLAG_DURABLE",
+    "FLAG_LIVE",
+    "FLAG_PINNED",
+    "FLAG_SEEN",
+    "HINT_MASK",
+    "HINT_SHIFT",
+    "SEG_INLINE",
+    "SEG_NONE",
+    "ObjectIndex",
+    "key_hash",
+]
 
 _MASK64 = (1 << 64) - 1
 
@@ -53,6 +75,7 @@ COLUMNS: dict[str, npt.DTypeLike] = {
     "atime": np.float64,
     "rate": np.float32,
     "expires": np.uint64,
+    "sess": np.uint32,
 }
 
 

@@ -6,7 +6,7 @@ A record is a fixed-width little-endian header followed by the object's
     offset  0  u8   version            offset 12  u64  segment offset
             1  u8   kind                      20  u64  size bytes
             2  u8   flags                     28  u64  checksum (xxh3-64)
-            3  u8   reserved                  36  u64  expires unix ms
+            3  u8   access hint               36  u64  expires unix ms
             4  u16  namespace id              44  u64  key hash, high half
             6  u16  encoded key length        52  u64  key hash, low half
             8  i32  segment (-1 inline,       60  ...  ObjectMeta protobuf
@@ -35,6 +35,8 @@ from tiermem.v1 import common_pb2
 VERSION = 1
 #: Header flag: the object has a copy on SSD (records without one are volatile).
 FLAG_ON_SSD = 8
+#: Header flag: the object is owned by a session (recovery parses only these).
+FLAG_HAS_SESSION = 16
 
 HEADER = struct.Struct("<BBBBHHiQQQQQQ")
 RECORD_DTYPE = np.dtype(
@@ -42,7 +44,7 @@ RECORD_DTYPE = np.dtype(
         ("version", "u1"),
         ("kind", "u1"),
         ("flags", "u1"),
-        ("rsvd0", "u1"),
+        ("hint", "u1"),
         ("ns", "<u2"),
         ("key_len", "<u2"),
         ("seg", "<i4"),
@@ -83,12 +85,14 @@ def encode(meta: ObjectMeta, encoded_key: bytes, ns_id: int, seg: int, seg_off: 
         flags |= FLAG_PINNED
     if seg != SEG_NONE:
         flags |= FLAG_ON_SSD
+    if meta.session:
+        flags |= FLAG_HAS_SESSION
     hi, lo = key_hash(encoded_key)
     header = HEADER.pack(
         VERSION,
         int(meta.key.kind),
         flags,
-        0,
+        int(meta.profile.hint),
         ns_id,
         len(encoded_key),
         seg,

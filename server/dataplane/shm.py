@@ -158,11 +158,11 @@ class SharedMemoryPlane:
             )
         self._budget.take(size)
         try:
-            reservation = self._objects.reserve(size, profile, only=Tier.DRAM)
+            reservation = self._objects.reserve(size, profile, spec.key.kind, only=Tier.DRAM)
         except BaseException:
             self._budget.give(size)
             raise
-        in_place = self._objects.first_tier(size, profile) == Tier.DRAM
+        in_place = self._objects.first_tier(size, profile, spec.key.kind) == Tier.DRAM
         put = PendingPut(spec, profile, reservation, in_place)
         return reservation.location, size, lambda: self._drop(reservation), put
 
@@ -291,7 +291,9 @@ class SharedMemoryPlane:
         try:
             self._budget.take(size)
             try:
-                reservation = self._objects.reserve(size, Profile(), only=Tier.DRAM)
+                reservation = self._objects.reserve(
+                    size, Profile(), reader.meta.key.kind, only=Tier.DRAM
+                )
             except BaseException:
                 self._budget.give(size)
                 raise

@@ -217,7 +217,7 @@ class BulkTransfers:
                 profile = self._objects.prepare(spec)
                 self._budget.take(spec.size_bytes)
                 try:
-                    reservation = self._objects.reserve(spec.size_bytes, profile)
+                    reservation = self._objects.reserve(spec.size_bytes, profile, spec.key.kind)
                 except BaseException:
                     self._budget.give(spec.size_bytes)
                     raise

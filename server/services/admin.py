@@ -6,10 +6,12 @@ import time
 from dataclasses import dataclass, field
 
 from tiermem import __version__
+from tiermem.placement.cost import CostReport
 from tiermem.server.catalog.catalog import USAGE_COLUMNS, usage_by_namespace
 from tiermem.server.metrics import OTHER_NAMESPACES, TierUsage, UsageRow
 from tiermem.server.model import Kind, Tier
 from tiermem.server.services.cost import cost_usd_per_hour
+from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.store import Store
 
 
@@ -31,11 +33,13 @@ class StatsReport:
     tiers: list[TierReport]
     objects: int
     uptime_s: int
+    cost: CostReport | None = None
 
 
 class AdminService:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, placement: PlacementService) -> None:
         self.store = store
+        self.placement = placement
         self._started = time.monotonic()
 
     def stats(self) -> StatsReport:
@@ -64,7 +68,13 @@ class AdminService:
                     )
                 )
         reports.sort(key=lambda r: r.tier)
-        return StatsReport(__version__, reports, objects, int(time.monotonic() - self._started))
+        return StatsReport(
+            __version__,
+            reports,
+            objects,
+            int(time.monotonic() - self._started),
+            self.placement.cost_report(),
+        )
 
     def usage_snapshot(self) -> TierUsage:
         """What the Prometheus state collector exports at scrape time: tier
@@ -94,7 +104,7 @@ class AdminService:
             for kind in Kind:
                 for slot, namespace in sorted(slots.items()):
                     count, nbytes = (int(v) for v in usage[tier, kind, slot])
-                    cost = cost_usd_per_hour(tier, nbytes, store.config.cost)
+                    cost = cost_usd_per_hour(tier, nbytes, store.config.placement.costs)
                     snap.rows.append(UsageRow(tier.name, kind.name, namespace, count, nbytes, cost))
         return snap
 

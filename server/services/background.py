@@ -1,7 +1,7 @@
-"""Background work of the daemon, on one thread with bounded passes:
-watermark demotion (woken early by put pressure), TTL expiry and segment
-compaction. Each pass catches and logs its own failure so one bad object
-cannot stop the loop.
+"""Background work of the daemon, on one thread with bounded passes: TTL
+expiry and segment compaction (tier rebalancing has its own thread,
+``services/migrator.py``). Each pass catches and logs its own failure so one
+bad object cannot stop the loop.
 """
 
 from __future__ import annotations
@@ -52,18 +52,14 @@ class BackgroundWorker:
         """One pass of everything (tests call this to avoid waiting on timers)."""
         metrics = self._mover.store.metrics
         for name, step in (
-            *self._reapers,  # first: what they give back counts for the watermarks
-            ("watermarks", self._mover.enforce_watermarks),
+            *self._reapers,
             ("expiry", self._expirer.expire_due),
         ):
-            started = time.perf_counter()
             try:
                 step()
             except Exception:
                 metrics.background_errors.labels(name).inc()
                 log.exception("background %s pass failed", name)
-            if name == "watermarks":
-                metrics.planner_seconds.observe(time.perf_counter() - started)
         if compact:
             try:
                 self._mover.compact()

@@ -1,29 +1,28 @@
-"""What stored bytes cost per hour: the small price model behind
+"""What stored bytes cost per hour: the price model behind
 ``tiermem_cost_usd_per_hour``.
 
-One price per tier (``cost.*_usd_per_gib_hour`` in the config) times the bytes
-held there. It is deliberately a single function so a fuller model (the
-placement cost model, which also charges accesses and moves) can replace it
-without touching the metrics code.
+Bytes held on a tier times that tier's ``placement.costs.<tier>.price_per_gib_hour``
+— the same prices the placement cost model uses for ``tiermem cost`` and the
+Stats RPC, so the metric and the report agree.
 """
 
 from __future__ import annotations
 
-from tiermem.server.config import CostConfig
+from tiermem.server.config import TierCostsConfig
 from tiermem.server.model import Tier
 
 GiB = 1 << 30
 
 
-def price_usd_per_gib_hour(tier: Tier, prices: CostConfig) -> float:
+def price_usd_per_gib_hour(tier: Tier, costs: TierCostsConfig) -> float:
     return {
-        Tier.HBM: prices.hbm_usd_per_gib_hour,
-        Tier.DRAM: prices.dram_usd_per_gib_hour,
-        Tier.SSD: prices.ssd_usd_per_gib_hour,
-        Tier.REMOTE: prices.remote_usd_per_gib_hour,
-    }[tier]
+        Tier.HBM: costs.hbm,
+        Tier.DRAM: costs.dram,
+        Tier.SSD: costs.ssd,
+        Tier.REMOTE: costs.remote,
+    }[tier].price_per_gib_hour
 
 
-def cost_usd_per_hour(tier: Tier, nbytes: int, prices: CostConfig) -> float:
+def cost_usd_per_hour(tier: Tier, nbytes: int, costs: TierCostsConfig) -> float:
     """Hourly cost of keeping ``nbytes`` on ``tier``."""
-    return nbytes / GiB * price_usd_per_gib_hour(tier, prices)
+    return nbytes / GiB * price_usd_per_gib_hour(tier, costs)

@@ -1,4 +1,7 @@
-"""Moving values between tiers: demotion, promotion, eviction and compaction.
+"""Moving values between tiers: the move and evict primitives, and compaction.
+
+Which objects move where is the planner's business (``services/placement.py``);
+this module only carries moves out.
 
 Every move is copy, then switch the catalog entry, then free: the object stays
 readable throughout, and a crash mid-move leaves the old copy in charge (the
@@ -12,11 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-import numpy as np
-
-from tiermem.placement import lru_victims
 from tiermem.server.catalog.catalog import Entry
-from tiermem.server.catalog.index import FLAG_DURABLE, FLAG_PINNED, SEG_NONE
 from tiermem.server.errors import CapacityExceeded, Corrupted
 from tiermem.server.model import Tier
 from tiermem.server.services.store import Store, ValueRead
@@ -24,29 +23,21 @@ from tiermem.server.tiers.ssd import SsdCopy
 
 log = logging.getLogger(__name__)
 
-#: Demotion order: where a value goes when its tier needs room.
-_BELOW = {Tier.HBM: Tier.DRAM, Tier.DRAM: Tier.SSD}
-
 
 class Mover:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.catalog = store.catalog
 
-    def _tier_below(self, tier: Tier) -> Tier | None:
-        below = _BELOW.get(tier)
-        while below is not None and not self.store.tier_config(below)[0]:
-            below = _BELOW.get(below)
-        return below
-
     # -- one object ---------------------------------------------------------------------
-    def move(self, encoded: bytes, target: Tier) -> bool:
-        """Move an object's serving copy to ``target``. False if it is gone, pinned,
-        already there, changed during the copy, or the target has no room."""
+    def move(self, encoded: bytes, target: Tier, *, force: bool = False) -> bool:
+        """Move an object's serving copy to ``target``. False if it is gone, pinned
+        (unless ``force``: Pin moving it first), already there, changed during the
+        copy, or the target has no room."""
         store = self.store
         with store.lock:
             entry = self.catalog.find(encoded)
-            if entry is None or entry.tier == target or entry.pinned:
+            if entry is None or entry.tier == target or (entry.pinned and not force):
                 return False
             value = store.lease_memory(entry) if entry.tier in store.memory else None
         try:
@@ -54,6 +45,13 @@ class Mover:
         finally:
             if value is not None:
                 value.release()
+
+    def move_from(self, encoded: bytes, entry: Entry, view: memoryview, target: Tier) -> bool:
+        """Promote using bytes a reader already holds (``view`` is the complete
+        value of the copy ``entry`` describes): no second read of the source."""
+        if entry.pinned or entry.tier == target:
+            return False
+        return self._copy_and_switch(encoded, entry, ValueRead(view), target)
 
     def _copy_and_switch(
         self, encoded: bytes, entry: Entry, value: ValueRead | None, target: Tier
@@ -108,92 +106,38 @@ class Mover:
         store.metrics.migrated_bytes.labels(entry.tier.name, target.name, kind).inc(entry.size)
         return True
 
-    def evict(self, encoded: bytes, tier: Tier) -> int:
-        """Drop a CACHE object entirely (nowhere left to put it). Returns bytes freed."""
+    def evict(self, encoded: bytes, tier: Tier, *, recompute: bool = False) -> int:
+        """Drop a CACHE object entirely. ``recompute``: the planner chose to drop it
+        because recomputing it costs less than keeping it (counted apart from
+        evictions for lack of room). Returns bytes freed."""
         with self.store.lock:
             entry = self.catalog.find(encoded)
             if entry is None or entry.durable or entry.pinned:
                 return 0
             freed = self.store.remove_locked(encoded, entry)
-        self.store.metrics.evictions.labels(tier.name, entry.kind.name).inc()
-        self.store.metrics.evicted_bytes.labels(tier.name, entry.kind.name).inc(freed)
+        metrics = self.store.metrics
+        if recompute:
+            metrics.drops_to_recompute.labels(tier.name, entry.kind.name).inc()
+        else:
+            metrics.evictions.labels(tier.name, entry.kind.name).inc()
+        metrics.evicted_bytes.labels(tier.name, entry.kind.name).inc(freed)
         return freed
 
-    # -- making room --------------------------------------------------------------------
-    def make_room(self, tier: Tier, nbytes: int) -> int:
-        """Demote least recently used objects out of a memory tier until ``nbytes``
-        were freed (or nothing movable is left). Returns bytes freed."""
-        store = self.store
-        with store.lock:
-            idx = self.catalog.index
-            n = idx.high_water_row
-            c = idx.cols
-            mask = (c["tier"][:n] == int(tier)) & ((c["flags"][:n] & (FLAG_PINNED | 1)) == 1)
-            candidates = np.flatnonzero(mask)
-            victims = lru_victims(candidates, c["atime"], c["size"], nbytes)
-            chosen = [
-                (self.catalog.resident_keys[int(r)], int(c["flags"][r]))
-                for r in victims
-                if int(r) in self.catalog.resident_keys
-                and not store.leases.is_leased(tier, int(c["loc"][r]))
-            ]
-        below = self._tier_below(tier)
-        freed = 0
-        for encoded, flags in chosen:
-            if freed >= nbytes:
-                break
-            size = self._size_of(encoded)
-            if below is not None and self.move(encoded, below):
-                freed += size
-            elif not flags & FLAG_DURABLE:
-                freed += self.evict(encoded, tier)
-        return freed
-
-    def _size_of(self, encoded: bytes) -> int:
-        with self.store.lock:
-            entry = self.catalog.find(encoded)
-            return entry.size if entry is not None else 0
-
-    def evict_ssd_cache(self, nbytes: int) -> int:
-        """Drop least recently used CACHE objects served from SSD until ``nbytes``
-        were freed. Scans the catalog records (rare: only when SSD is full)."""
-        store = self.store
-        with store.lock:
-            idx = self.catalog.index
-            n = idx.high_water_row
-            c = idx.cols
-            mask = (
-                (c["tier"][:n] == int(Tier.SSD))
-                & ((c["flags"][:n] & (FLAG_PINNED | FLAG_DURABLE | 1)) == 1)
-                & (c["seg"][:n] != SEG_NONE)
-            )
-            victims = lru_victims(np.flatnonzero(mask), c["atime"], c["size"], nbytes)
-            wanted = {int(r) for r in victims}
-        if not wanted:
+    def evict_rows(self, rows: set[int], tier: Tier, *, recompute: bool = False) -> int:
+        """Evict the CACHE objects of ``rows`` (index rows whose keys are not known
+        without a scan: SSD rows). Walks the catalog records once; returns bytes freed."""
+        if not rows:
             return 0
+        idx = self.catalog.index
         keys: list[bytes] = []
-        for encoded, _raw in self.catalog.rocks.scan("objects"):
-            with store.lock:
+        for encoded, _raw in self.catalog.rocks.scan("objects", bulk=True):
+            with self.store.lock:
                 row = idx.find(encoded)
-            if row is not None and row in wanted:
+            if row is not None and row in rows:
                 keys.append(encoded)
-                if len(keys) == len(wanted):
+                if len(keys) == len(rows):
                     break
-        return sum(self.evict(k, Tier.SSD) for k in keys)
-
-    def enforce_watermarks(self) -> int:
-        """Bring every tier above its high watermark down to its low watermark."""
-        freed = 0
-        for tier_value, state in self.store.tier_states().items():
-            tier = Tier(tier_value)
-            if not state.enabled or state.used_bytes <= state.high_bytes:
-                continue
-            excess = state.used_bytes - state.low_bytes
-            if tier == Tier.SSD:
-                freed += self.evict_ssd_cache(excess)
-            else:
-                freed += self.make_room(tier, excess)
-        return freed
+        return sum(self.evict(k, tier, recompute=recompute) for k in keys)
 
     # -- compaction ---------------------------------------------------------------------
     def compact(self, on_progress: Callable[[int], None] | None = None) -> int:
@@ -232,9 +176,11 @@ class Mover:
             with store.lock:
                 now = self.catalog.find(info.key)
                 batch = self.catalog.rocks.batch()
+                # the serving copy may have been promoted or demoted meanwhile: what
+                # matters is that the SSD copy in this segment is still the object's
                 if (
                     now is None
-                    or not now.same_copy(entry)
+                    or not now.same_ssd_copy(entry)
                     or not self.catalog.stage_ssd_location(batch, info.key, new_seg, new_off)
                 ):
                     segments.release(new_seg, len(info.key), entry.size)

@@ -17,19 +17,16 @@ import logging
 import threading
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-import numpy as np
 import xxhash
 
-from tiermem.placement import admission_order
 from tiermem.server.catalog.catalog import Entry
 from tiermem.server.catalog.index import SEG_INLINE, SEG_NONE
 from tiermem.server.errors import (
     AlreadyExists,
-    CapacityExceeded,
     Corrupted,
     FailedPrecondition,
     InvalidArgument,
@@ -51,6 +48,7 @@ from tiermem.server.model import (
     validate_session,
 )
 from tiermem.server.services.mover import Mover
+from tiermem.server.services.placement import PlacementService, Promotion
 from tiermem.server.services.store import Store, ValueRead
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.ssd import SsdCopy
@@ -102,9 +100,16 @@ class ObjectRead:
     #: Engine location of the whole value's serving copy when it is in memory
     #: (DRAM: >= 0 is an arena offset), else -1. Valid until ``release``.
     location: int = -1
+    #: set when the planner wants the object moved up: done from the bytes just
+    #: read when the reader releases them (no second read of the slow copy)
+    _promote: Callable[[], object] | None = None
 
     def release(self) -> None:
-        self._value.release()
+        try:
+            if self._promote is not None:
+                self._promote()
+        finally:
+            self._value.release()
 
     def chunks(self, chunk_bytes: int) -> Iterator[bytes]:
         """The range as ``bytes`` chunks (copies, so the lease can end early)."""
@@ -143,18 +148,18 @@ class OpenAccess:
 
 
 class ObjectService:
-    def __init__(self, store: Store, mover: Mover) -> None:
+    def __init__(self, store: Store, mover: Mover, placement: PlacementService) -> None:
         self.store = store
         self.mover = mover
+        self.placement = placement
         self.catalog = store.catalog
-        self._pressure = threading.Event()
         #: Put/access checks (see ObjectGuard); replaced by the session service.
         self.guard: ObjectGuard = OpenAccess()
 
     @property
     def pressure(self) -> threading.Event:
-        """Set when a put pushed a tier above its high watermark (wakes the mover)."""
-        return self._pressure
+        """Set when a put pushed a tier above its high watermark (wakes the migrator)."""
+        return self.placement.wake
 
     # -- put ----------------------------------------------------------------------
     def validate(self, spec: PutSpec) -> None:
@@ -189,7 +194,7 @@ class ObjectService:
     def put(self, spec: PutSpec, chunks: Iterable[bytes | memoryview]) -> ObjectMeta:
         """Store an object from its byte chunks; returns its metadata once committed."""
         profile = self.prepare(spec)
-        reservation = self.reserve(spec.size_bytes, profile)
+        reservation = self.reserve(spec.size_bytes, profile, spec.key.kind)
         try:
             checksum = self.receive_into(spec, chunks, reservation.buffer)
         except BaseException:
@@ -234,6 +239,7 @@ class ObjectService:
             raise
         if durable and sync:
             self.sync()
+        self.placement.after_put(encoded, profile)
         self.store.metrics.data_bytes.labels(path, "in").inc(spec.size_bytes)
         return meta
 
@@ -246,7 +252,7 @@ class ObjectService:
     def stage(self, spec: PutSpec) -> StagedPut:
         """Validate a put and reserve its space in the admitted tier."""
         profile = self.prepare(spec)
-        return StagedPut(spec, profile, self.reserve(spec.size_bytes, profile))
+        return StagedPut(spec, profile, self.reserve(spec.size_bytes, profile, spec.key.kind))
 
     def receive(self, staged: StagedPut, chunks: Iterable[bytes | memoryview]) -> None:
         """Copy the value's bytes into the reservation, hashing and verifying them."""
@@ -270,45 +276,18 @@ class ObjectService:
         if reservation.tier in self.store.memory:
             self.store.memory[reservation.tier].abort(reservation)
 
-    def first_tier(self, size: int, profile: Profile) -> Tier | None:
+    def first_tier(self, size: int, profile: Profile, kind: Kind) -> Tier | None:
         """The tier admission would try first for a new value (None: no tier can hold it)."""
-        order = admission_order(
-            size, int(profile.hint), profile.preferred_tier, self.store.tier_states()
-        )
-        return Tier(order[0]) if order else None
+        return self.placement.first_tier(size, profile, kind)
 
-    def reserve(self, size: int, profile: Profile, only: Tier | None = None) -> Reservation:
-        """Space for a new value in the admitted tier (or in ``only``), making room
-        by demotion when a memory tier is full. Raises CapacityExceeded."""
-        states = self.store.tier_states()
-        order = admission_order(size, int(profile.hint), profile.preferred_tier, states)
+    def reserve(
+        self, size: int, profile: Profile, kind: Kind, only: Tier | None = None
+    ) -> Reservation:
+        """Space for a new value in the tier the planner admits it to (or in
+        ``only``), making room when a memory tier is full. Raises CapacityExceeded."""
         if only is not None:
-            order = [int(only)] if int(only) in states and states[int(only)].enabled else []
-        for tier_value in order:
-            tier = Tier(tier_value)
-            if tier == Tier.SSD:
-                if not self.store.ssd.fits(size):
-                    self.mover.evict_ssd_cache(size)
-                if self.store.ssd.fits(size):
-                    buf = np.empty(size, dtype=np.uint8)
-                    return Reservation(Tier.SSD, -1, size, buf.data)
-                continue
-            engine = self.store.memory[tier]
-            reservation = engine.reserve(size)
-            if reservation is None and not profile.pin:
-                self.mover.make_room(tier, engine.cost_of(size))
-                reservation = engine.reserve(size)
-            if reservation is not None:
-                state = states[tier_value]
-                if engine.used_bytes > state.high_bytes:
-                    self._pressure.set()
-                return reservation
-        raise CapacityExceeded(
-            f"no tier can take {size} more bytes: "
-            + ", ".join(
-                f"{Tier(t).name} {s.used_bytes}/{s.capacity_bytes}" for t, s in states.items()
-            )
-        )
+            return self.placement.reserve_in(only, size, profile)
+        return self.placement.reserve(size, profile, kind)
 
     def receive_into(
         self, spec: PutSpec, chunks: Iterable[bytes | memoryview], buffer: memoryview
@@ -364,7 +343,7 @@ class ObjectService:
     def _write_ssd(self, encoded: bytes, data: memoryview, checksum: int, durable: bool) -> SsdCopy:
         ssd = self.store.ssd
         if not ssd.fits(len(data)):
-            self.mover.evict_ssd_cache(len(data))
+            self.placement.free_ssd(len(data))
         return ssd.write(encoded, data, checksum, durable=durable)
 
     def _commit(
@@ -443,7 +422,7 @@ class ObjectService:
             if caller:
                 self.guard.check_access(meta, caller, write=False)
             metas.append(meta)
-            self.catalog.touch(entry.row)
+            self.catalog.touch(entry.row, encoded)
 
         tiers = self.store.tier_names()
         try:
@@ -460,7 +439,21 @@ class ObjectService:
                 f"range [{offset}, {end}) is outside object {key} of {meta.size_bytes} bytes"
             )
         location = entry.loc if entry.tier in self.store.memory else -1
-        return ObjectRead(meta, value.view[offset:end], value, entry.tier, location)
+        promotion = self.placement.take_promotion(encoded)
+        promote = None if promotion is None else self._promoter(encoded, entry, value, promotion)
+        return ObjectRead(meta, value.view[offset:end], value, entry.tier, location, promote)
+
+    def _promoter(
+        self, encoded: bytes, entry: Entry, value: ValueRead, promotion: Promotion
+    ) -> Callable[[], object]:
+        def promote() -> object:
+            try:
+                return self.placement.promote(encoded, promotion, entry, value.view)
+            except Exception:  # a failed promotion must not fail the read that ended
+                log.exception("promotion of %s on read failed", ObjectKey.decode(encoded))
+                return False
+
+        return promote
 
     def get_bytes(self, key: ObjectKey, caller: str = "") -> tuple[ObjectMeta, bytes]:
         reader = self.read(key, caller=caller)

@@ -25,7 +25,14 @@ import numpy.typing as npt
 
 from tiermem.server.catalog import records
 from tiermem.server.catalog.catalog import Catalog
-from tiermem.server.catalog.index import FLAG_DURABLE, FLAG_LIVE, FLAG_PINNED, SEG_INLINE
+from tiermem.server.catalog.index import (
+    FLAG_DURABLE,
+    FLAG_LIVE,
+    FLAG_PINNED,
+    HINT_MASK,
+    HINT_SHIFT,
+    SEG_INLINE,
+)
 from tiermem.server.model import Tier
 from tiermem.server.tiers.segments import ALIGN
 from tiermem.server.tiers.segments import HEADER as SEGMENT_HEADER
@@ -127,7 +134,19 @@ def _load(
     c["seg"][rows] = seg
     c["seg_off"][rows] = h["seg_off"]
     c["checksum"][rows] = h["checksum"]
-    c["flags"][rows] = FLAG_LIVE | (h["flags"] & (FLAG_DURABLE | FLAG_PINNED))
+    hints = h["hint"].astype(np.uint8)
+    c["flags"][rows] = (
+        FLAG_LIVE
+        | (h["flags"] & (FLAG_DURABLE | FLAG_PINNED))
+        | ((hints << HINT_SHIFT) & HINT_MASK)
+    )
+    # what reads taught died with the previous process: start from the hint priors
+    c["rate"][rows] = catalog.access.priors(h["kind"], hints)
+    owned = np.flatnonzero(h["flags"] & records.FLAG_HAS_SESSION)
+    if len(owned):  # only records owned by a session pay for parsing the metadata
+        sess = c["sess"]
+        for i in owned.tolist():
+            sess[rows[i]] = catalog.sessions.acquire(records.decode(raws[i]).meta.session)
     c["expires"][rows] = h["expires"]
     c["tier"][rows] = int(Tier.SSD)
     c["loc"][rows] = -1

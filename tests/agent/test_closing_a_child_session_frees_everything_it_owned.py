@@ -48,7 +48,9 @@ def test_closing_a_child_frees_all_it_owned_and_leaves_the_parent_alone(agent_da
     child = client.sessions.open(parent=parent.id, label="think")
     cc = client.as_session(child.id)
     cc.put(Kind.KV_BLOCK, "kv/0", os.urandom(300_000), profile=Profile(preferred_tier=Tier.HBM))
-    cc.put(Kind.KV_BLOCK, "kv/1", os.urandom(100_000))  # DRAM, CACHE
+    cc.put(  # DRAM, CACHE
+        Kind.KV_BLOCK, "kv/1", os.urandom(100_000), profile=Profile(preferred_tier=Tier.DRAM)
+    )
     cc.put(Kind.SCRATCH, "state", os.urandom(5_000), profile=Profile(durability=Durability.DURABLE))
     cc.put(Kind.BLOB, "big", os.urandom(2 * MiB), profile=Profile(preferred_tier=Tier.SSD))
     cc.scratch.append_many(

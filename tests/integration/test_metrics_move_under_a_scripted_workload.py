@@ -84,7 +84,7 @@ def test_counts_bytes_hit_ratios_usage_and_cost_follow_the_workload(
     assert m("tiermem_tier_capacity_bytes", tier="DRAM") == 1 * MiB
     assert m("tiermem_tier_used_bytes", tier="DRAM") >= 3 * KV
     assert m("tiermem_tier_watermark_ratio", tier="DRAM", level="high") == 0.9
-    price = daemon.config.cost.ssd_usd_per_gib_hour
+    price = daemon.config.placement.costs.ssd.price_per_gib_hour
     cost = m("tiermem_cost_usd_per_hour", tier="SSD", kind="BLOB", namespace="default")
     assert cost == pytest.approx(5 * BLOB / GiB * price)
 

@@ -93,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
                     break
         elif cmd == "stats":
             print(format_stats(client))
+        elif cmd == "cost":
+            from tiermem.cli.cost import format_cost
+
+            print(format_cost(client.stats()))
         elif cmd == "ns":
             if args.ns_command == "create":
                 created = client.create_namespace(args.name)

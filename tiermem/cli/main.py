@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     _config_args(q)
     q.add_argument("--json", action="store_true", help="JSON instead of a table")
 
+    p = sub.add_parser("cost", help="what memory costs per hour: by tier, kind, namespace, session")
+    _client_args(p)
+
     p = sub.add_parser("ns", help="namespaces")
     ns_sub = p.add_subparsers(dest="ns_command", required=True)
     q = ns_sub.add_parser("create")

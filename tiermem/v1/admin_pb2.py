@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from tiermem.v1 import common_pb2 as tiermem_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tiermem/v1/admin.proto\x12\ntiermem.v1\x1a\x17tiermem/v1/common.proto\"\x0e\n\x0cStatsRequest\"K\n\tKindUsage\x12\x1e\n\x04kind\x18\x01 \x01(\x0e\x32\x10.tiermem.v1.Kind\x12\x0f\n\x07objects\x18\x02 \x01(\x04\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\"\xcf\x01\n\tTierStats\x12\x1e\n\x04tier\x18\x01 \x01(\x0e\x32\x10.tiermem.v1.Tier\x12\x0f\n\x07\x65nabled\x18\x02 \x01(\x08\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x12\n\nused_bytes\x18\x04 \x01(\x04\x12\x16\n\x0ehigh_watermark\x18\x05 \x01(\x01\x12\x15\n\rlow_watermark\x18\x06 \x01(\x01\x12&\n\x07\x62y_kind\x18\x07 \x03(\x0b\x32\x15.tiermem.v1.KindUsage\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\"i\n\rStatsResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12$\n\x05tiers\x18\x02 \x03(\x0b\x32\x15.tiermem.v1.TierStats\x12\x0f\n\x07objects\x18\x03 \x01(\x04\x12\x10\n\x08uptime_s\x18\x04 \x01(\x04\"&\n\x16\x43reateNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"*\n\x17\x43reateNamespaceResponse\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\"\x17\n\x15ListNamespacesRequest\"\'\n\x16ListNamespacesResponse\x12\r\n\x05names\x18\x01 \x03(\t2\x81\x02\n\x0c\x41\x64minService\x12<\n\x05Stats\x12\x18.tiermem.v1.StatsRequest\x1a\x19.tiermem.v1.StatsResponse\x12Z\n\x0f\x43reateNamespace\x12\".tiermem.v1.CreateNamespaceRequest\x1a#.tiermem.v1.CreateNamespaceResponse\x12W\n\x0eListNamespaces\x12!.tiermem.v1.ListNamespacesRequest\x1a\".tiermem.v1.ListNamespacesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16tiermem/v1/admin.proto\x12\ntiermem.v1\x1a\x17tiermem/v1/common.proto\"\x0e\n\x0cStatsRequest\"K\n\tKindUsage\x12\x1e\n\x04kind\x18\x01 \x01(\x0e\x32\x10.tiermem.v1.Kind\x12\x0f\n\x07objects\x18\x02 \x01(\x04\x12\r\n\x05\x62ytes\x18\x03 \x01(\x04\"\xcf\x01\n\tTierStats\x12\x1e\n\x04tier\x18\x01 \x01(\x0e\x32\x10.tiermem.v1.Tier\x12\x0f\n\x07\x65nabled\x18\x02 \x01(\x08\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x03 \x01(\x04\x12\x12\n\nused_bytes\x18\x04 \x01(\x04\x12\x16\n\x0ehigh_watermark\x18\x05 \x01(\x01\x12\x15\n\rlow_watermark\x18\x06 \x01(\x01\x12&\n\x07\x62y_kind\x18\x07 \x03(\x0b\x32\x15.tiermem.v1.KindUsage\x12\x0e\n\x06\x64\x65vice\x18\x08 \x01(\t\"\x8f\x01\n\rStatsResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12$\n\x05tiers\x18\x02 \x03(\x0b\x32\x15.tiermem.v1.TierStats\x12\x0f\n\x07objects\x18\x03 \x01(\x04\x12\x10\n\x08uptime_s\x18\x04 \x01(\x04\x12$\n\x04\x63ost\x18\x05 \x01(\x0b\x32\x16.tiermem.v1.CostReport\"&\n\x16\x43reateNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"*\n\x17\x43reateNamespaceResponse\x12\x0f\n\x07\x63reated\x18\x01 \x01(\x08\"\x17\n\x15ListNamespacesRequest\"\'\n\x16ListNamespacesResponse\x12\r\n\x05names\x18\x01 \x03(\t\"=\n\x08\x43ostLine\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x12\x14\n\x0cusd_per_hour\x18\x03 \x01(\x01\"\xac\x01\n\x08TierCost\x12\x1e\n\x04tier\x18\x01 \x01(\x0e\x32\x10.tiermem.v1.Tier\x12\x16\n\x0e\x63\x61pacity_bytes\x18\x02 \x01(\x04\x12\x12\n\nused_bytes\x18\x03 \x01(\x04\x12\x1a\n\x12price_per_gib_hour\x18\x04 \x01(\x01\x12\x1d\n\x15\x63\x61pacity_usd_per_hour\x18\x05 \x01(\x01\x12\x19\n\x11used_usd_per_hour\x18\x06 \x01(\x01\"\xfc\x01\n\nCostReport\x12#\n\x05tiers\x18\x01 \x03(\x0b\x32\x14.tiermem.v1.TierCost\x12#\n\x05kinds\x18\x02 \x03(\x0b\x32\x14.tiermem.v1.CostLine\x12(\n\nnamespaces\x18\x03 \x03(\x0b\x32\x14.tiermem.v1.CostLine\x12&\n\x08sessions\x18\x04 \x03(\x0b\x32\x14.tiermem.v1.CostLine\x12\x18\n\x10sessions_omitted\x18\x05 \x01(\r\x12\x19\n\x11used_usd_per_hour\x18\x06 \x01(\x01\x12\x1d\n\x15\x63\x61pacity_usd_per_hour\x18\x07 \x01(\x01\x32\x81\x02\n\x0c\x41\x64minService\x12<\n\x05Stats\x12\x18.tiermem.v1.StatsRequest\x1a\x19.tiermem.v1.StatsResponse\x12Z\n\x0f\x43reateNamespace\x12\".tiermem.v1.CreateNamespaceRequest\x1a#.tiermem.v1.CreateNamespaceResponse\x12W\n\x0eListNamespaces\x12!.tiermem.v1.ListNamespacesRequest\x1a\".tiermem.v1.ListNamespacesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,16 +38,22 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_KINDUSAGE']._serialized_end=154
   _globals['_TIERSTATS']._serialized_start=157
   _globals['_TIERSTATS']._serialized_end=364
-  _globals['_STATSRESPONSE']._serialized_start=366
-  _globals['_STATSRESPONSE']._serialized_end=471
-  _globals['_CREATENAMESPACEREQUEST']._serialized_start=473
-  _globals['_CREATENAMESPACEREQUEST']._serialized_end=511
-  _globals['_CREATENAMESPACERESPONSE']._serialized_start=513
-  _globals['_CREATENAMESPACERESPONSE']._serialized_end=555
-  _globals['_LISTNAMESPACESREQUEST']._serialized_start=557
-  _globals['_LISTNAMESPACESREQUEST']._serialized_end=580
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=582
-  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=621
-  _globals['_ADMINSERVICE']._serialized_start=624
-  _globals['_ADMINSERVICE']._serialized_end=881
+  _globals['_STATSRESPONSE']._serialized_start=367
+  _globals['_STATSRESPONSE']._serialized_end=510
+  _globals['_CREATENAMESPACEREQUEST']._serialized_start=512
+  _globals['_CREATENAMESPACEREQUEST']._serialized_end=550
+  _globals['_CREATENAMESPACERESPONSE']._serialized_start=552
+  _globals['_CREATENAMESPACERESPONSE']._serialized_end=594
+  _globals['_LISTNAMESPACESREQUEST']._serialized_start=596
+  _globals['_LISTNAMESPACESREQUEST']._serialized_end=619
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_start=621
+  _globals['_LISTNAMESPACESRESPONSE']._serialized_end=660
+  _globals['_COSTLINE']._serialized_start=662
+  _globals['_COSTLINE']._serialized_end=723
+  _globals['_TIERCOST']._serialized_start=726
+  _globals['_TIERCOST']._serialized_end=898
+  _globals['_COSTREPORT']._serialized_start=901
+  _globals['_COSTREPORT']._serialized_end=1153
+  _globals['_ADMINSERVICE']._serialized_start=1156
+  _globals['_ADMINSERVICE']._serialized_end=1413
 # @@protoc_insertion_point(module_scope)

@@ -111,11 +111,14 @@ class StatsResponse(_message.Message):
     TIERS_FIELD_NUMBER: _builtins.int
     OBJECTS_FIELD_NUMBER: _builtins.int
     UPTIME_S_FIELD_NUMBER: _builtins.int
+    COST_FIELD_NUMBER: _builtins.int
     version: _builtins.str
     objects: _builtins.int
     uptime_s: _builtins.int
     @_builtins.property
     def tiers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TierStats]: ...
+    @_builtins.property
+    def cost(self) -> Global___CostReport: ...
     def __init__(
         self,
         *,
@@ -123,10 +126,11 @@ class StatsResponse(_message.Message):
         tiers: _abc.Iterable[Global___TierStats] | None = ...,
         objects: _builtins.int = ...,
         uptime_s: _builtins.int = ...,
+        cost: Global___CostReport | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["objects", b"objects", "tiers", b"tiers", "uptime_s", b"uptime_s", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cost", b"cost", "objects", b"objects", "tiers", b"tiers", "uptime_s", b"uptime_s", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -205,3 +209,116 @@ class ListNamespacesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListNamespacesResponse: _TypeAlias = ListNamespacesResponse  # noqa: Y015
+
+@_typing.final
+class CostLine(_message.Message):
+    """What memory costs per hour (USD), from the placement cost model's prices
+    (placement.costs.*.price_per_gib_hour). Bytes count every copy: a DURABLE
+    object served from DRAM pays for DRAM and for its SSD copy.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    BYTES_FIELD_NUMBER: _builtins.int
+    USD_PER_HOUR_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """kind, namespace or session name"""
+    bytes: _builtins.int
+    usd_per_hour: _builtins.float
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        bytes: _builtins.int = ...,
+        usd_per_hour: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bytes", b"bytes", "name", b"name", "usd_per_hour", b"usd_per_hour"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CostLine: _TypeAlias = CostLine  # noqa: Y015
+
+@_typing.final
+class TierCost(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIER_FIELD_NUMBER: _builtins.int
+    CAPACITY_BYTES_FIELD_NUMBER: _builtins.int
+    USED_BYTES_FIELD_NUMBER: _builtins.int
+    PRICE_PER_GIB_HOUR_FIELD_NUMBER: _builtins.int
+    CAPACITY_USD_PER_HOUR_FIELD_NUMBER: _builtins.int
+    USED_USD_PER_HOUR_FIELD_NUMBER: _builtins.int
+    tier: _common_pb2.Tier.ValueType
+    capacity_bytes: _builtins.int
+    used_bytes: _builtins.int
+    price_per_gib_hour: _builtins.float
+    capacity_usd_per_hour: _builtins.float
+    """the whole budget of the tier"""
+    used_usd_per_hour: _builtins.float
+    """the bytes allocated now"""
+    def __init__(
+        self,
+        *,
+        tier: _common_pb2.Tier.ValueType = ...,
+        capacity_bytes: _builtins.int = ...,
+        used_bytes: _builtins.int = ...,
+        price_per_gib_hour: _builtins.float = ...,
+        capacity_usd_per_hour: _builtins.float = ...,
+        used_usd_per_hour: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity_bytes", b"capacity_bytes", "capacity_usd_per_hour", b"capacity_usd_per_hour", "price_per_gib_hour", b"price_per_gib_hour", "tier", b"tier", "used_bytes", b"used_bytes", "used_usd_per_hour", b"used_usd_per_hour"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TierCost: _TypeAlias = TierCost  # noqa: Y015
+
+@_typing.final
+class CostReport(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TIERS_FIELD_NUMBER: _builtins.int
+    KINDS_FIELD_NUMBER: _builtins.int
+    NAMESPACES_FIELD_NUMBER: _builtins.int
+    SESSIONS_FIELD_NUMBER: _builtins.int
+    SESSIONS_OMITTED_FIELD_NUMBER: _builtins.int
+    USED_USD_PER_HOUR_FIELD_NUMBER: _builtins.int
+    CAPACITY_USD_PER_HOUR_FIELD_NUMBER: _builtins.int
+    sessions_omitted: _builtins.int
+    """sessions with objects not listed"""
+    used_usd_per_hour: _builtins.float
+    capacity_usd_per_hour: _builtins.float
+    @_builtins.property
+    def tiers(self) -> _containers.RepeatedCompositeFieldContainer[Global___TierCost]: ...
+    @_builtins.property
+    def kinds(self) -> _containers.RepeatedCompositeFieldContainer[Global___CostLine]:
+        """most expensive first"""
+
+    @_builtins.property
+    def namespaces(self) -> _containers.RepeatedCompositeFieldContainer[Global___CostLine]: ...
+    @_builtins.property
+    def sessions(self) -> _containers.RepeatedCompositeFieldContainer[Global___CostLine]:
+        """the most expensive sessions (placement.top_sessions)"""
+
+    def __init__(
+        self,
+        *,
+        tiers: _abc.Iterable[Global___TierCost] | None = ...,
+        kinds: _abc.Iterable[Global___CostLine] | None = ...,
+        namespaces: _abc.Iterable[Global___CostLine] | None = ...,
+        sessions: _abc.Iterable[Global___CostLine] | None = ...,
+        sessions_omitted: _builtins.int = ...,
+        used_usd_per_hour: _builtins.float = ...,
+        capacity_usd_per_hour: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capacity_usd_per_hour", b"capacity_usd_per_hour", "kinds", b"kinds", "namespaces", b"namespaces", "sessions", b"sessions", "sessions_omitted", b"sessions_omitted", "tiers", b"tiers", "used_usd_per_hour", b"used_usd_per_hour"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CostReport: _TypeAlias = CostReport  # noqa: Y015

@@ -389,7 +389,7 @@ class LookupPrefixResponse(_message.Message):
 Global___LookupPrefixResponse: _TypeAlias = LookupPrefixResponse  # noqa: Y015
 
 @_typing.final
-class PrefetchRequest(_message.Message):
+class PrefetchBlocksRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SCOPE_FIELD_NUMBER: _builtins.int
@@ -410,10 +410,10 @@ class PrefetchRequest(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___PrefetchRequest: _TypeAlias = PrefetchRequest  # noqa: Y015
+Global___PrefetchBlocksRequest: _TypeAlias = PrefetchBlocksRequest  # noqa: Y015
 
 @_typing.final
-class PrefetchResponse(_message.Message):
+class PrefetchBlocksResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PROMOTED_FIELD_NUMBER: _builtins.int
@@ -438,7 +438,7 @@ class PrefetchResponse(_message.Message):
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___PrefetchResponse: _TypeAlias = PrefetchResponse  # noqa: Y015
+Global___PrefetchBlocksResponse: _TypeAlias = PrefetchBlocksResponse  # noqa: Y015
 
 @_typing.final
 class DeleteBlocksRequest(_message.Message):

@@ -51,8 +51,8 @@ class KvServiceStub(object):
                 _registered_method=True)
         self.Prefetch = channel.unary_unary(
                 '/tiermem.v1.KvService/Prefetch',
-                request_serializer=tiermem_dot_v1_dot_kv__pb2.PrefetchRequest.SerializeToString,
-                response_deserializer=tiermem_dot_v1_dot_kv__pb2.PrefetchResponse.FromString,
+                request_serializer=tiermem_dot_v1_dot_kv__pb2.PrefetchBlocksRequest.SerializeToString,
+                response_deserializer=tiermem_dot_v1_dot_kv__pb2.PrefetchBlocksResponse.FromString,
                 _registered_method=True)
         self.DeleteBlocks = channel.unary_unary(
                 '/tiermem.v1.KvService/DeleteBlocks',
@@ -123,8 +123,8 @@ def add_KvServiceServicer_to_server(servicer, server):
             ),
             'Prefetch': grpc.unary_unary_rpc_method_handler(
                     servicer.Prefetch,
-                    request_deserializer=tiermem_dot_v1_dot_kv__pb2.PrefetchRequest.FromString,
-                    response_serializer=tiermem_dot_v1_dot_kv__pb2.PrefetchResponse.SerializeToString,
+                    request_deserializer=tiermem_dot_v1_dot_kv__pb2.PrefetchBlocksRequest.FromString,
+                    response_serializer=tiermem_dot_v1_dot_kv__pb2.PrefetchBlocksResponse.SerializeToString,
             ),
             'DeleteBlocks': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteBlocks,
@@ -238,8 +238,8 @@ class KvService(object):
             request,
             target,
             '/tiermem.v1.KvService/Prefetch',
-            tiermem_dot_v1_dot_kv__pb2.PrefetchRequest.SerializeToString,
-            tiermem_dot_v1_dot_kv__pb2.PrefetchResponse.FromString,
+            tiermem_dot_v1_dot_kv__pb2.PrefetchBlocksRequest.SerializeToString,
+            tiermem_dot_v1_dot_kv__pb2.PrefetchBlocksResponse.FromString,
             options,
             channel_credentials,
             insecure,

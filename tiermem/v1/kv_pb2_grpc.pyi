@@ -47,7 +47,7 @@ class KvServiceStub:
     """
     LookupPrefix: _grpc.UnaryUnaryMultiCallable[_kv_pb2.LookupPrefixRequest, _kv_pb2.LookupPrefixResponse]
     """How many leading chunks of a chain are stored, and on which tier."""
-    Prefetch: _grpc.UnaryUnaryMultiCallable[_kv_pb2.PrefetchRequest, _kv_pb2.PrefetchResponse]
+    Prefetch: _grpc.UnaryUnaryMultiCallable[_kv_pb2.PrefetchBlocksRequest, _kv_pb2.PrefetchBlocksResponse]
     """Hint that these chunks are about to be read: keep/promote them in memory."""
     DeleteBlocks: _grpc.UnaryUnaryMultiCallable[_kv_pb2.DeleteBlocksRequest, _kv_pb2.DeleteBlocksResponse]
     """Delete KV blocks of a namespace, optionally only one model's or one session's."""
@@ -67,7 +67,7 @@ class KvServiceAsyncStub(KvServiceStub):
     """
     LookupPrefix: _aio.UnaryUnaryMultiCallable[_kv_pb2.LookupPrefixRequest, _kv_pb2.LookupPrefixResponse]  # type: ignore[assignment]
     """How many leading chunks of a chain are stored, and on which tier."""
-    Prefetch: _aio.UnaryUnaryMultiCallable[_kv_pb2.PrefetchRequest, _kv_pb2.PrefetchResponse]  # type: ignore[assignment]
+    Prefetch: _aio.UnaryUnaryMultiCallable[_kv_pb2.PrefetchBlocksRequest, _kv_pb2.PrefetchBlocksResponse]  # type: ignore[assignment]
     """Hint that these chunks are about to be read: keep/promote them in memory."""
     DeleteBlocks: _aio.UnaryUnaryMultiCallable[_kv_pb2.DeleteBlocksRequest, _kv_pb2.DeleteBlocksResponse]  # type: ignore[assignment]
     """Delete KV blocks of a namespace, optionally only one model's or one session's."""
@@ -106,9 +106,9 @@ class KvServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
     def Prefetch(
         self,
-        request: _kv_pb2.PrefetchRequest,
+        request: _kv_pb2.PrefetchBlocksRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_kv_pb2.PrefetchResponse, _abc.Awaitable[_kv_pb2.PrefetchResponse]]:
+    ) -> _typing.Union[_kv_pb2.PrefetchBlocksResponse, _abc.Awaitable[_kv_pb2.PrefetchBlocksResponse]]:
         """Hint that these chunks are about to be read: keep/promote them in memory."""
 
     @_abc_1.abstractmethod

@@ -1,0 +1,620 @@
+"""The planner: where every object should live, and the moves that get it there.
+
+Objective (DESIGN.md §5): minimise sum over objects of lambda_o * c_tier(o)
+subject to each tier's byte budget, pins, quotas and durability rules, paying
+each move's copy cost. It is solved as a greedy knapsack, fastest tier first:
+
+1. every object's *floor* is where it goes when no memory tier takes it: SSD
+   for DURABLE objects (they always have an SSD copy) and for CACHE objects
+   whose SSD copy pays back its write; DROP (not stored: a later access
+   recomputes or refetches) for CACHE objects where it does not;
+2. HBM, then DRAM, is filled by *benefit density*: accesses/s times the access
+   time saved against the next tier down, per byte. An object already in the
+   tier competes with that density; a challenger must first pay its move
+   (``migration_cost / horizon_s``) and then beat the incumbents by the
+   ``hysteresis`` margin, so estimates that wobble do not make objects flap;
+3. the moves from current to target placement are ordered so that no tier
+   ever holds more than its budget: forced demotions of tiers above their high
+   watermark first, then promotions by benefit, each pulling the demotions
+   that make its room, within a byte budget per plan (the migrator's
+   bandwidth), then useless residents are cleared out.
+
+Pinned objects stay where they are. DURABLE objects are never dropped. Density
+per byte is what protects one kind from another: a burst of KV blocks that are
+read once cannot push out vector shards read a hundred times a second, since
+the shards save more access time per byte held.
+
+Admission (``admit``) and promotion on access (``promotion_target``) use the
+per-tier thresholds of the last plan (the density of the least valuable
+resident) so puts and reads between plans follow the same order.
+
+Pure: numpy in, numpy out; the daemon and the simulator run the same code.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from tiermem.placement.cost import CostModel
+from tiermem.placement.model import (
+    DRAM,
+    DROP,
+    FLAG_DURABLE,
+    FLAG_PINNED,
+    HBM,
+    MEMORY_TIERS,
+    SSD,
+    TierState,
+)
+
+I64 = npt.NDArray[np.int64]
+F64 = npt.NDArray[np.float64]
+Bool = npt.NDArray[np.bool_]
+
+#: A tier counts as full for admission when its plan left less than this
+#: fraction of its budget free.
+_FULL_SLACK = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerConfig:
+    horizon_s: float = 30.0
+    """A move must pay back its copy cost in access time saved within this time (s)."""
+    hysteresis: float = 0.25
+    """A challenger's density must exceed the incumbent's by this fraction."""
+    max_move_bytes: int = 1 << 30
+    """Bytes a plan may copy (promotions plus demotions that write an SSD copy)."""
+    quotas: Mapping[tuple[int, int], int] = field(default_factory=dict)
+    """(namespace id, tier) -> most bytes that namespace may hold on that tier."""
+
+
+@dataclass(frozen=True, slots=True)
+class Objects:
+    """The objects to plan over: parallel columns, one entry per object."""
+
+    rows: I64
+    """Caller's ids (index rows); moves name these."""
+    size: I64
+    kind: npt.NDArray[Any]
+    tier: npt.NDArray[Any]
+    """Serving tier now (HBM/DRAM/SSD)."""
+    flags: npt.NDArray[Any]
+    """FLAG_DURABLE / FLAG_PINNED bits."""
+    rate: F64
+    """Expected accesses per second from now (AccessModel estimate plus boosts)."""
+    persisted: Bool
+    """An SSD copy exists (demoting to SSD copies nothing)."""
+    ns: npt.NDArray[Any] | None = None
+    """Namespace ids (only needed with quotas)."""
+    evidence: Bool | None = None
+    """True where the rate rests on more than a prior: read since written, or a
+    next-access deadline. Only such objects are promoted by a plan (None = all)."""
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self, idx: Any) -> Objects:
+        return Objects(
+            self.rows[idx], self.size[idx], self.kind[idx], self.tier[idx], self.flags[idx],
+            self.rate[idx], self.persisted[idx], None if self.ns is None else self.ns[idx],
+            None if self.evidence is None else self.evidence[idx],
+        )  # fmt: skip
+
+
+@dataclass(slots=True)
+class Plan:
+    """Moves in the order to apply them: ``rows[i]`` from ``src[i]`` to ``dst[i]``
+    (``DROP`` = evict). Applying them in order keeps every tier within its
+    budget given the tier states the plan was made from."""
+
+    rows: I64
+    src: npt.NDArray[np.int64]
+    dst: npt.NDArray[np.int64]
+    size: I64
+    thresholds: dict[int, float]
+    planned_bytes: dict[int, int]
+    copy_bytes: int = 0
+    forced: int = 0
+    deferred: int = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A tier to try for a new object; ``displace_below`` > 0 allows making room
+    by evicting residents of lower density than that."""
+
+    tier: int
+    displace_below: float = 0.0
+
+
+@dataclass(slots=True)
+class Victims:
+    """Objects to move out of a tier: ``rows[i]`` to ``dst[i]``; where ``dst`` is
+    a memory tier, ``dst_density`` is what the object is worth there."""
+
+    rows: I64
+    dst: npt.NDArray[np.int64]
+    size: I64
+    dst_density: F64
+
+    @classmethod
+    def empty(cls) -> Victims:
+        e = np.empty(0, dtype=np.int64)
+        return cls(e, e.copy(), e.copy(), np.empty(0))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+def _lowest_until(
+    values: F64, sizes: I64, nbytes: int, below: float = np.inf
+) -> npt.NDArray[np.intp]:
+    """Indices of the smallest ``values`` (each < ``below``), in increasing
+    order, until their sizes add up to ``nbytes`` (all eligible if they do not).
+    Partial sorts of growing prefixes: cheap when few are needed of many."""
+    eligible = np.flatnonzero(values < below)
+    if len(eligible) == 0:
+        return eligible
+    k = 64
+    while True:
+        if k >= len(eligible):
+            order = eligible[np.argsort(values[eligible], kind="stable")]
+        else:
+            part = eligible[np.argpartition(values[eligible], k)[:k]]
+            order = part[np.argsort(values[part], kind="stable")]
+        cum = np.cumsum(sizes[order])
+        if (len(cum) and cum[-1] >= nbytes) or k >= len(eligible):
+            count = min(int(np.searchsorted(cum, nbytes, side="left")) + 1, len(order))
+            return order[:count]
+        k *= 4
+
+
+class Planner:
+    def __init__(self, cost: CostModel, config: PlannerConfig | None = None) -> None:
+        self.cost = cost
+        self.config = config or PlannerConfig()
+        #: Per memory tier: density of the least valuable resident at the last
+        #: plan if the tier was full, else 0 (anything worth anything fits).
+        self.thresholds: dict[int, float] = {}
+
+    # -- helpers --------------------------------------------------------------------
+    def _memory_tiers(self, tiers: Mapping[int, TierState]) -> list[int]:
+        return [t for t in MEMORY_TIERS if t in tiers and tiers[t].enabled]
+
+    def _floor(self, objs: Objects, tiers: Mapping[int, TierState]) -> tuple[F64, F64]:
+        """(floor tier, access cost there) per object."""
+        cost = self.cost
+        ssd_ok = SSD in tiers and tiers[SSD].enabled
+        c_ssd = cost.access_cost(objs.size, objs.kind, SSD) if ssd_ok else None
+        c_drop = cost.access_cost(objs.size, objs.kind, DROP)
+        durable = (objs.flags & FLAG_DURABLE) != 0
+        if c_ssd is None:
+            return np.where(durable, SSD, DROP).astype(np.float64), np.where(
+                durable, np.inf, c_drop
+            )
+        write = cost.write_cost(objs.size, SSD)
+        pays = objs.rate * (c_drop - c_ssd) * self.config.horizon_s > write
+        to_ssd = durable | objs.persisted | pays
+        return np.where(to_ssd, SSD, DROP).astype(np.float64), np.where(to_ssd, c_ssd, c_drop)
+
+    def floor_tiers(self, objs: Objects, tiers: Mapping[int, TierState]) -> I64:
+        """Where each object goes when no memory tier keeps it: SSD or DROP."""
+        return self._floor(objs, tiers)[0].astype(np.int64)
+
+    def _next_cost(self, objs: Objects, tier: int, mem: list[int], floor_cost: F64) -> F64:
+        """Access cost of each object on the next tier below ``tier`` that may hold it."""
+        out = floor_cost.copy()
+        for lower in reversed([t for t in mem if t > tier]):
+            ok = self.cost.allowed(objs.kind, lower)
+            out = np.where(ok, self.cost.access_cost(objs.size, objs.kind, lower), out)
+        return out
+
+    def densities(self, objs: Objects, tier: int, tiers: Mapping[int, TierState]) -> F64:
+        """Access time saved per second per byte by holding each object on ``tier``
+        rather than on the next tier down (the order victims are chosen in)."""
+        mem = self._memory_tiers(tiers)
+        _, floor_cost = self._floor(objs, tiers)
+        nxt = self._next_cost(objs, tier, mem, floor_cost)
+        gain = objs.rate * (nxt - self.cost.access_cost(objs.size, objs.kind, tier))
+        return np.asarray(gain / np.maximum(objs.size, 1), dtype=np.float64)
+
+    # -- admission ------------------------------------------------------------------
+    def admit(
+        self,
+        size: int,
+        kind: int,
+        rate: float,
+        durable: bool,
+        tiers: Mapping[int, TierState],
+        preferred_tier: int | None = None,
+    ) -> list[Admission]:
+        """Tiers to try for a new object, best first. Memory tiers are offered while
+        the object's density beats the tier's threshold (and, for DURABLE objects,
+        the access time it saves within the horizon pays for the extra memory
+        write); SSD closes the list. ``displace_below``: residents less dense than
+        the newcomer may be moved out to make room."""
+        cost = self.cost
+        mem = self._memory_tiers(tiers)
+        ssd_ok = SSD in tiers and tiers[SSD].enabled and size <= tiers[SSD].capacity_bytes
+        out: list[Admission] = []
+        if (
+            preferred_tier is not None
+            and preferred_tier in tiers
+            and tiers[preferred_tier].enabled
+            and size <= tiers[preferred_tier].capacity_bytes
+        ):
+            out.append(Admission(preferred_tier, np.inf))
+        floor_cost = cost.access_cost_one(size, kind, SSD if (ssd_ok or durable) else DROP)
+        if not durable and ssd_ok:
+            c_drop = cost.access_cost_one(size, kind, DROP)
+            write = float(cost.write_cost(size, SSD))
+            if rate * (c_drop - floor_cost) * self.config.horizon_s <= write:
+                floor_cost = min(floor_cost, c_drop)
+        for t in mem:
+            state = tiers[t]
+            if not cost.allowed_one(kind, t) or size > state.capacity_bytes:
+                continue
+            nxt = floor_cost
+            for lower in [x for x in mem if x > t]:
+                if cost.allowed_one(kind, lower):
+                    nxt = cost.access_cost_one(size, kind, lower)
+                    break
+            saved_per_s = rate * (nxt - cost.access_cost_one(size, kind, t))
+            density = saved_per_s / max(size, 1)
+            if density <= 0:
+                continue
+            # a DURABLE object is written to SSD anyway: a memory copy is extra and
+            # must pay its write back within the horizon
+            if durable and saved_per_s * self.config.horizon_s < float(cost.write_cost(size, t)):
+                continue
+            if density >= self.thresholds.get(t, 0.0):
+                out.append(Admission(t, density))
+        if ssd_ok:
+            out.append(Admission(SSD))
+        seen: set[int] = set()
+        return [a for a in out if not (a.tier in seen or seen.add(a.tier))]  # type: ignore[func-returns-value]
+
+    # -- promotion on access --------------------------------------------------------
+    def promotion_target(
+        self,
+        size: int,
+        kind: int,
+        rate: float,
+        tier: int,
+        persisted: bool,
+        tiers: Mapping[int, TierState],
+    ) -> Admission | None:
+        """The memory tier an object just read from ``tier`` should move up to now,
+        if its access rate pays for the copy and beats the tier's residents."""
+        cost = self.cost
+        here = cost.access_cost_one(size, kind, tier)
+        h = self.config
+        for t in self._memory_tiers(tiers):
+            if t >= tier or not cost.allowed_one(kind, t):
+                continue
+            if size > tiers[t].capacity_bytes:
+                continue
+            move = cost.migration_cost_one(size, tier, t, persisted)
+            gain = rate * (here - cost.access_cost_one(size, kind, t)) - move / h.horizon_s
+            key = gain / max(size, 1) / (1.0 + h.hysteresis)
+            if key <= 0:
+                continue
+            if key >= self.thresholds.get(t, 0.0):
+                return Admission(t, key)
+        return None
+
+    # -- making room ----------------------------------------------------------------
+    def victims(
+        self,
+        objs: Objects,
+        tier: int,
+        nbytes: int,
+        tiers: Mapping[int, TierState],
+        below_density: float = np.inf,
+    ) -> Victims:
+        """Residents of ``tier`` to move out to free ``nbytes``: least dense first,
+        only those less dense than ``below_density``, never pinned ones.
+
+        Each victim goes to the next memory tier down if it is worth a place
+        there (its density there beats that tier's threshold; ``dst_density``
+        says by how much, for making room there in turn), else to its floor:
+        SSD, or DROP for CACHE objects whose SSD copy would not pay back."""
+        sel = (objs.tier == tier) & ((objs.flags & FLAG_PINNED) == 0)
+        sub = objs.take(np.flatnonzero(sel))
+        if nbytes <= 0 or len(sub) == 0:
+            return Victims.empty()
+        dens = self.densities(sub, tier, tiers)
+        pick = _lowest_until(dens, sub.size, nbytes, below_density)
+        if len(pick) == 0:
+            return Victims.empty()
+        picked = sub.take(pick)
+        floor, _ = self._floor(picked, tiers)
+        dst = floor.astype(np.int64)
+        dst_density = np.zeros(len(pick))
+        lower = [t for t in self._memory_tiers(tiers) if t > tier]
+        if lower:
+            nxt = lower[0]
+            there = self.densities(picked, nxt, tiers)
+            worth = self.cost.allowed(picked.kind, nxt) & (there > 0)
+            worth &= there >= self.thresholds.get(nxt, 0.0)
+            dst = np.where(worth, nxt, dst)
+            dst_density = np.where(worth, there, 0.0)
+        return Victims(picked.rows, dst, picked.size, dst_density)
+
+    # -- planning -------------------------------------------------------------------
+    def plan(self, objs: Objects, tiers: Mapping[int, TierState]) -> Plan:
+        """Target placement for ``objs`` and the ordered moves towards it."""
+        cfg = self.config
+        cost = self.cost
+        n = len(objs)
+        mem = self._memory_tiers(tiers)
+        pinned = (objs.flags & FLAG_PINNED) != 0
+        durable = (objs.flags & FLAG_DURABLE) != 0
+        floor, floor_cost = self._floor(objs, tiers)
+        target = objs.tier.astype(np.int64).copy()
+        assigned = pinned.copy()
+        key = np.zeros(n)
+        density = np.zeros(n)
+        thresholds: dict[int, float] = {}
+        planned: dict[int, int] = {}
+        for t in mem:
+            state = tiers[t]
+            in_t_pinned = pinned & (objs.tier == t)
+            budget = state.plan_bytes - int(objs.size[in_t_pinned].sum())
+            cand = ~assigned & cost.allowed(objs.kind, t) & (objs.size <= state.capacity_bytes)
+            c_t = cost.access_cost(objs.size, objs.kind, t)
+            gain = objs.rate * (self._next_cost(objs, t, mem, floor_cost) - c_t)
+            size_f = np.maximum(objs.size, 1).astype(np.float64)
+            dens = gain / size_f
+            incumbent = objs.tier == t
+            mig = cost.migration_cost(objs.size, objs.tier, t, objs.persisted)
+            challenger = (gain - mig / cfg.horizon_s) / size_f / (1.0 + cfg.hysteresis)
+            k = np.where(incumbent, dens, challenger)
+            if objs.evidence is not None:  # moving up needs evidence, not just a prior
+                cand &= incumbent | (objs.tier < t) | objs.evidence
+            idx = np.flatnonzero(cand & (k > 0))
+            chosen = self._select(idx, k, objs, t, budget)
+            target[chosen] = t
+            assigned[chosen] = True
+            key[chosen] = k[chosen]
+            density[chosen] = dens[chosen]
+            used = int(objs.size[chosen].sum())
+            planned[t] = used + int(objs.size[in_t_pinned].sum())
+            full = budget - used < _FULL_SLACK * max(budget, 1)
+            thresholds[t] = float(dens[chosen].min()) if full and len(chosen) else 0.0
+        rest = ~assigned
+        in_memory_rest = rest & np.isin(objs.tier, mem)
+        target[in_memory_rest] = floor[in_memory_rest].astype(np.int64)
+        # objects already on SSD stay there (their floor may say DROP: only
+        # drop them when SSD itself needs room, below)
+        moves = np.flatnonzero(target != objs.tier)
+        self.thresholds = thresholds
+        plan = self._order(objs, moves, target, key, tiers, mem)
+        plan.thresholds = thresholds
+        plan.planned_bytes = planned
+        if SSD in tiers and tiers[SSD].enabled:
+            self._drop_ssd_cache(objs, tiers[SSD], durable, pinned, plan)
+        return plan
+
+    def _select(self, idx: I64, key: F64, objs: Objects, tier: int, budget: int) -> I64:
+        """Greedy knapsack: highest key first within ``budget`` bytes (one extra
+        pass fills the remainder with smaller items), honouring quotas."""
+        if len(idx) == 0 or budget <= 0:
+            return np.empty(0, dtype=np.int64)
+        order = idx[np.argsort(-key[idx], kind="stable")]
+        if self.config.quotas and objs.ns is not None:
+            keep = np.ones(len(order), dtype=bool)
+            for (ns, t), limit in self.config.quotas.items():
+                if t != tier:
+                    continue
+                mine = objs.ns[order] == ns
+                over = mine & (np.cumsum(np.where(mine, objs.size[order], 0)) > limit)
+                keep &= ~over
+            order = order[keep]
+        sizes = objs.size[order]
+        cum = np.cumsum(sizes)
+        cut = int(np.searchsorted(cum, budget, side="right"))
+        chosen = order[:cut]
+        left = budget - (int(cum[cut - 1]) if cut else 0)
+        rest = order[cut:]
+        if left > 0 and len(rest):
+            more = []
+            for i, s in zip(rest.tolist(), objs.size[rest].tolist(), strict=True):
+                if s <= left:
+                    more.append(i)
+                    left -= s
+            chosen = np.concatenate([chosen, np.asarray(more, dtype=np.int64)])
+        return chosen.astype(np.int64)
+
+    def _order(
+        self,
+        objs: Objects,
+        moves: I64,
+        target: npt.NDArray[np.int64],
+        key: F64,
+        tiers: Mapping[int, TierState],
+        mem: list[int],
+    ) -> Plan:
+        cfg = self.config
+        size = objs.size
+        src_all = objs.tier.astype(np.int64)
+        used = {t: s.used_bytes for t, s in tiers.items()}
+        limit = {t: s.plan_bytes for t, s in tiers.items()}
+        ssd = tiers.get(SSD)
+        ssd_limit = ssd.high_bytes if ssd is not None else 0
+        budget = cfg.max_move_bytes
+        out: list[tuple[int, int, int]] = []
+        done = np.zeros(len(objs), dtype=bool)
+        copy_bytes = 0
+        forced = 0
+
+        def copies(i: int, dst: int) -> bool:
+            return dst != DROP and not (dst == SSD and bool(objs.persisted[i]))
+
+        def apply(i: int, dst: int) -> None:
+            nonlocal copy_bytes
+            s = int(size[i])
+            src = int(src_all[i])
+            if src in mem:
+                used[src] -= s
+            if dst in used and dst != SSD:
+                used[dst] += s
+            if dst == SSD and not objs.persisted[i]:
+                used[SSD] = used.get(SSD, 0) + s
+            if copies(i, dst):
+                copy_bytes += s
+            out.append((i, src, dst))
+            done[i] = True
+
+        # Demotions grouped by source tier, least valuable first.
+        outgoing: dict[int, deque[int]] = {}
+        for t in mem:
+            leaving = moves[(src_all[moves] == t) & (target[moves] > t)]
+            # least valuable first: objects not chosen anywhere have key 0
+            dens = self.densities(objs.take(leaving), t, tiers) if len(leaving) else np.zeros(0)
+            outgoing[t] = deque(int(i) for i in leaving[np.argsort(dens, kind="stable")])
+
+        def demote_one(t: int) -> bool:
+            """Apply the next pending demotion out of ``t``; False if none can go."""
+            nonlocal budget
+            queue = outgoing[t]
+            while queue:
+                i = queue.popleft()
+                if done[i]:
+                    continue
+                dst = int(target[i])
+                s = int(size[i])
+                if (dst in mem and used[dst] + s > limit[dst]) and (
+                    not demote_one(dst) or used[dst] + s > limit[dst]
+                ):
+                    dst = int(self._floor(objs.take([i]), tiers)[0][0])
+                if dst == SSD and not objs.persisted[i] and used.get(SSD, 0) + s > ssd_limit:
+                    if (objs.flags[i] & FLAG_DURABLE) != 0:
+                        continue
+                    dst = DROP
+                if copies(i, dst):
+                    if s > budget:
+                        queue.appendleft(i)
+                        return False
+                    budget -= s
+                target[i] = dst
+                apply(i, dst)
+                return True
+            return False
+
+        # 1. forced: tiers above their high watermark come down to their plan budget
+        for t in reversed(mem):
+            if tiers[t].used_bytes > tiers[t].high_bytes:
+                while used[t] > limit[t]:
+                    saved = budget
+                    budget = max(budget, 1 << 62)  # forced moves are not budgeted
+                    ok = demote_one(t)
+                    budget = saved
+                    if not ok:
+                        break
+                    forced += 1
+        # 2. moves into memory tiers by benefit, each making its own room
+        incoming = moves[
+            np.isin(target[moves], mem)
+            & ((target[moves] < src_all[moves]) | ~np.isin(src_all[moves], mem))
+        ]
+        incoming = incoming[np.argsort(-(key[incoming] * size[incoming]), kind="stable")]
+        deferred = 0
+        for i in (int(x) for x in incoming):
+            if done[i]:
+                continue
+            dst = int(target[i])
+            s = int(size[i])
+            if s > budget:
+                deferred += 1
+                continue
+            while used[dst] + s > limit[dst]:
+                if not demote_one(dst):
+                    break
+            if used[dst] + s > limit[dst] or s > budget:
+                deferred += 1
+                continue
+            budget -= s
+            apply(i, dst)
+        # 3. residents no tier wants any more leave while the budget allows
+        for t in reversed(mem):
+            while outgoing[t]:
+                if not demote_one(t):
+                    break
+        deferred += int(sum(len(q) for q in outgoing.values()))
+        moved = np.array([o[0] for o in out], dtype=np.int64)
+        return Plan(
+            rows=objs.rows[moved].astype(np.int64),
+            src=np.array([o[1] for o in out], dtype=np.int64),
+            dst=np.array([o[2] for o in out], dtype=np.int64),
+            size=size[moved].astype(np.int64),
+            thresholds={},
+            planned_bytes={},
+            copy_bytes=copy_bytes,
+            forced=forced,
+            deferred=deferred,
+        )
+
+    def ssd_victims(self, objs: Objects, nbytes: int) -> I64:
+        """CACHE objects served from SSD to drop to free ``nbytes`` there, least
+        valuable first (never DURABLE or pinned ones). Returns caller rows."""
+        sel = (objs.tier == SSD) & ((objs.flags & (FLAG_DURABLE | FLAG_PINNED)) == 0)
+        sel &= objs.persisted
+        idx = np.flatnonzero(sel)
+        if len(idx) == 0 or nbytes <= 0:
+            return np.empty(0, dtype=np.int64)
+        sub = objs.take(idx)
+        c_ssd = self.cost.access_cost(sub.size, sub.kind, SSD)
+        c_drop = self.cost.access_cost(sub.size, sub.kind, DROP)
+        dens = sub.rate * (c_drop - c_ssd) / np.maximum(sub.size, 1)
+        return np.asarray(sub.rows[_lowest_until(dens, sub.size, nbytes)], dtype=np.int64)
+
+    def _drop_ssd_cache(
+        self, objs: Objects, ssd: TierState, durable: Bool, pinned: Bool, plan: Plan
+    ) -> None:
+        """SSD above its high watermark: drop the least valuable CACHE objects it
+        serves until it is back at its low watermark (appended to the plan)."""
+        if ssd.used_bytes <= ssd.high_bytes:
+            return
+        keep = ~np.isin(objs.rows, plan.rows)
+        sub = objs.take(np.flatnonzero(keep))
+        rows = self.ssd_victims(sub, ssd.used_bytes - ssd.low_bytes)
+        if len(rows) == 0:
+            return
+        sizes = (
+            objs.size[np.searchsorted(objs.rows, rows)]
+            if _sorted(objs.rows)
+            else np.array(
+                [int(objs.size[np.flatnonzero(objs.rows == r)[0]]) for r in rows], dtype=np.int64
+            )
+        )
+        plan.rows = np.concatenate([plan.rows, rows]).astype(np.int64)
+        plan.src = np.concatenate([plan.src, np.full(len(rows), SSD, np.int64)])
+        plan.dst = np.concatenate([plan.dst, np.full(len(rows), DROP, np.int64)])
+        plan.size = np.concatenate([plan.size, sizes]).astype(np.int64)
+        plan.forced += len(rows)
+
+
+def _sorted(a: I64) -> bool:
+    return bool(len(a) < 2 or np.all(a[1:] >= a[:-1]))
+
+
+__all__ = [
+    "DRAM",
+    "HBM",
+    "Admission",
+    "Objects",
+    "Plan",
+    "Planner",
+    "PlannerConfig",
+    "Victims",
+]

@@ -1,0 +1,137 @@
+"""The background migrator: applies the planner's moves and queued promotions.
+
+One thread. Every ``placement.plan_interval_s`` (or at once when woken by put
+pressure, a prefetch or a read that asked for a promotion) it
+
+1. carries out queued promotions (prefetches, reads through other services),
+2. asks the planner for a plan and applies its moves in order: promotions and
+   demotions through ``Mover.move`` (copy, switch the catalog entry, free: the
+   object stays readable throughout and a crash mid-move leaves the old copy
+   in charge), evictions of CACHE objects through ``Mover.evict``.
+
+Copies are paced to ``placement.migrate_bandwidth_bytes_per_s``: after each
+copy the thread waits as long as the bytes take at that rate (interruptible
+by ``stop``). Each pass catches and logs its own failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from tiermem.placement.model import DROP
+from tiermem.server.model import Tier
+from tiermem.server.services.placement import PlacementService
+
+log = logging.getLogger(__name__)
+
+#: Most queued promotions one pass carries out.
+MAX_PROMOTIONS_PER_PASS = 1000
+
+
+class Migrator:
+    def __init__(self, placement: PlacementService) -> None:
+        self.placement = placement
+        self.store = placement.store
+        self.config = placement.config
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pass_lock = threading.Lock()
+        self._debt_s = 0.0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tiermem-migrator", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.placement.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.placement.wake.wait(self.config.plan_interval_s)
+            self.placement.wake.clear()
+            if self._stop.is_set():
+                return
+            self.run_once()
+
+    def _pace(self, nbytes: int) -> None:
+        """Wait so that copies average at most the configured bandwidth."""
+        self._debt_s += nbytes / float(self.config.migrate_bandwidth_bytes_per_s)
+        if self._debt_s > 0.01:
+            self._stop.wait(self._debt_s)
+            self._debt_s = 0.0
+
+    def run_once(self) -> int:
+        """One pass: queued promotions, then one plan. Returns moves done."""
+        with self._pass_lock:
+            done = 0
+            for name, step in (("promotions", self._promotions), ("plan", self._apply_plan)):
+                try:
+                    done += step()
+                except Exception:
+                    log.exception("migrator %s pass failed", name)
+            return done
+
+    def _promotions(self) -> int:
+        done = 0
+        placement = self.placement
+        for _ in range(MAX_PROMOTIONS_PER_PASS):
+            with self.store.lock:
+                if not placement.promotions:
+                    break
+                encoded, promotion = placement.promotions.popitem(last=False)
+            if placement.promote(encoded, promotion):
+                done += 1
+                self._pace(self._size(encoded))
+            if self._stop.is_set():
+                break
+        return done
+
+    def _size(self, encoded: bytes) -> int:
+        with self.store.lock:
+            entry = self.store.catalog.find(encoded)
+            return entry.size if entry is not None else 0
+
+    def _apply_plan(self) -> int:
+        placement = self.placement
+        mover = placement.mover
+        metrics = self.store.metrics
+        plan = placement.plan()
+        done = 0
+        unknown_drops: set[int] = set()
+        for row, src, dst, size in zip(
+            plan.rows.tolist(), plan.src.tolist(), plan.dst.tolist(), plan.size.tolist(),
+            strict=True,
+        ):  # fmt: skip
+            if self._stop.is_set():
+                break
+            key = placement.key_of(row)
+            action = "evict" if dst == DROP else ("promote" if dst < src else "demote")
+            if key is None:
+                if dst == DROP and src == int(Tier.SSD):
+                    unknown_drops.add(row)
+                else:
+                    metrics.placement_moves.labels(action, "skipped").inc()
+                continue
+            if dst == DROP:
+                ok = mover.evict(key, Tier(src), recompute=True) > 0
+            else:
+                copies = not (dst == int(Tier.SSD) and self._persisted(key))
+                ok = mover.move(key, Tier(dst))
+                if ok and copies:
+                    self._pace(size)
+            metrics.placement_moves.labels(action, "done" if ok else "skipped").inc()
+            done += int(ok)
+        if unknown_drops:
+            mover.evict_rows(unknown_drops, Tier.SSD, recompute=True)
+            metrics.placement_moves.labels("evict", "done").inc(len(unknown_drops))
+            done += len(unknown_drops)
+        return done
+
+    def _persisted(self, key: bytes) -> bool:
+        with self.store.lock:
+            entry = self.store.catalog.find(key)
+            return entry is not None and entry.persisted

@@ -1,0 +1,560 @@
+"""Placement in the daemon: the pure planner (``tiermem.placement``) wired to
+the catalog, the tier engines and the mover.
+
+* **admission** — ``reserve`` asks ``Planner.admit`` which tier a new object
+  goes to; a full memory tier makes room by moving out residents worth less
+  per byte than the newcomer (never pinned ones), cascading HBM -> DRAM ->
+  SSD/drop as the planner says;
+* **access tracking** — every read counts in the catalog's ``rate``/``atime``
+  columns (``Catalog.touch``); its hook asks ``Planner.promotion_target``
+  whether the object should move up now and queues the promotion. The object
+  service then promotes from the bytes it just read (no second read); other
+  readers' promotions are done by the migrator;
+* **rebalancing** — ``plan`` snapshots the index columns (vectorised, under the
+  lock) and asks ``Planner.plan`` for ordered moves; the migrator applies them;
+* **Prefetch / Pin / Unpin** and the **cost report**.
+
+Rows name objects in plans; keys come from ``Catalog.key_of`` (resident rows
+and recently used SSD rows). SSD rows whose key is unknown are found by one
+record scan when they must be dropped, and are promoted once they are read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from tiermem.placement import CostModel, Objects, Plan, Planner, PlannerConfig, TierCost
+from tiermem.placement.cost import DEFAULT_KIND_COSTS, CostReport, cost_report
+from tiermem.placement.model import DROP
+from tiermem.server.catalog.catalog import Entry
+from tiermem.server.catalog.index import (
+    FLAG_LIVE,
+    FLAG_PINNED,
+    FLAG_SEEN,
+    HINT_MASK,
+    HINT_SHIFT,
+    SEG_NONE,
+)
+from tiermem.server.config import PlacementConfig
+from tiermem.server.errors import CapacityExceeded, InvalidArgument, NotFound
+from tiermem.server.model import Durability, Kind, ObjectKey, Profile, Tier
+from tiermem.server.services.mover import Mover
+from tiermem.server.services.store import Store
+from tiermem.server.tiers.base import Reservation
+
+log = logging.getLogger(__name__)
+
+#: Most promotions waiting for the migrator; more are dropped (a later read asks again).
+MAX_QUEUED_PROMOTIONS = 10_000
+#: Most pending next-access deadlines remembered (oldest dropped first).
+MAX_DEADLINES = 100_000
+
+
+def cost_model(config: PlacementConfig) -> CostModel:
+    c = config.costs
+    tiers = {
+        int(Tier.HBM): c.hbm,
+        int(Tier.DRAM): c.dram,
+        int(Tier.SSD): c.ssd,
+        int(Tier.REMOTE): c.remote,
+    }
+    return CostModel(
+        tiers={
+            t: TierCost(v.latency_s, v.bandwidth_bytes_per_s, v.price_per_gib_hour)
+            for t, v in tiers.items()
+        },
+        kinds=dict(DEFAULT_KIND_COSTS),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PrefetchResult:
+    queued: int
+    resident: int
+    missing: int
+
+
+@dataclass(frozen=True, slots=True)
+class Promotion:
+    target: Tier
+    below: float  # residents less dense than this may be moved out for it
+
+
+class PlacementService:
+    def __init__(self, store: Store, mover: Mover, config: PlacementConfig) -> None:
+        self.store = store
+        self.mover = mover
+        self.catalog = store.catalog
+        self.config = config
+        self.cost = cost_model(config)
+        self.planner = Planner(
+            self.cost,
+            PlannerConfig(
+                horizon_s=config.horizon_s,
+                hysteresis=config.hysteresis,
+                max_move_bytes=int(config.migrate_bandwidth_bytes_per_s * config.plan_interval_s),
+            ),
+        )
+        self.access = self.catalog.access
+        #: set when the migrator should run now (put pressure, prefetch, queued promotions)
+        self.wake = threading.Event()
+        self.deadlines: OrderedDict[int, float] = OrderedDict()
+        self.promotions: OrderedDict[bytes, Promotion] = OrderedDict()
+        self.catalog.on_access = self._on_access
+
+    def _quotas_locked(self) -> dict[tuple[int, int], int]:
+        """Configured quotas by (namespace id, tier); namespaces not created yet have none."""
+        out: dict[tuple[int, int], int] = {}
+        for q in self.config.quotas:
+            ns = self.catalog.namespaces.get(q.namespace)
+            if ns is not None:
+                tier = Tier.HBM if q.tier == "hbm" else Tier.DRAM
+                out[(ns, int(tier))] = int(q.max_bytes)
+        return out
+
+    # -- snapshots --------------------------------------------------------------------
+    def snapshot(self, tier: Tier | None = None, now: float | None = None) -> Objects:
+        """The planner's view of live objects (of one tier, or all). Call with the lock."""
+        now = time.time() if now is None else now
+        idx = self.catalog.index
+        n = idx.high_water_row
+        c = idx.cols
+        live = (c["flags"][:n] & FLAG_LIVE) != 0
+        if tier is not None:
+            live &= c["tier"][:n] == int(tier)
+        rows = np.flatnonzero(live).astype(np.int64)
+        flags = c["flags"][rows]
+        seen = (flags & FLAG_SEEN) != 0
+        rate = self.catalog.learner.estimate(
+            c["rate"][rows],
+            c["atime"][rows],
+            seen,
+            c["kind"][rows],
+            (flags & HINT_MASK) >> HINT_SHIFT,
+            now,
+        )
+        evidence = seen
+        if self.deadlines:
+            self._prune_deadlines(now)
+            dl = np.zeros(len(rows))
+            pos = np.searchsorted(rows, np.fromiter(self.deadlines.keys(), dtype=np.int64))
+            when = np.fromiter(self.deadlines.values(), dtype=np.float64)
+            ok = pos < len(rows)
+            ok[ok] &= rows[pos[ok]] == np.fromiter(self.deadlines.keys(), dtype=np.int64)[ok]
+            dl[pos[ok]] = when[ok]
+            rate = rate + self.access.deadline_boost(dl, now)
+            evidence = seen | (dl > 0)
+        return Objects(
+            rows=rows,
+            size=c["size"][rows],
+            kind=c["kind"][rows],
+            tier=c["tier"][rows],
+            flags=flags,
+            rate=rate,
+            persisted=c["seg"][rows] != SEG_NONE,
+            ns=c["ns"][rows],
+            evidence=evidence,
+        )
+
+    def _prune_deadlines(self, now: float) -> None:
+        grace = self.access.deadline_grace_s
+        stale = [row for row, d in self.deadlines.items() if d + grace < now]
+        for row in stale:
+            del self.deadlines[row]
+
+    def _rate(self, row: int, now: float) -> float:
+        c = self.catalog.index.cols
+        flags = int(c["flags"][row])
+        atime = float(c["atime"][row])
+        if flags & FLAG_SEEN:
+            rate = self.access.estimate_one(float(c["rate"][row]), atime, now)
+        else:
+            hint = (flags & HINT_MASK) >> HINT_SHIFT
+            rate = self.catalog.learner.estimate_unseen(int(c["kind"][row]), hint, atime, now)
+        deadline = self.deadlines.get(row)
+        if deadline is not None:
+            rate += self.access.deadline_boost_one(deadline, now)
+        return rate
+
+    # -- admission --------------------------------------------------------------------
+    def reserve(self, size: int, profile: Profile, kind: Kind) -> Reservation:
+        """Space for a new object in the tier the planner admits it to."""
+        store = self.store
+        states = store.tier_states()
+        with store.lock:
+            prior = self.catalog.learner.prior(int(kind), int(profile.hint))
+        admissions = self.planner.admit(
+            size,
+            int(kind),
+            prior,
+            profile.durability == Durability.DURABLE,
+            states,
+            int(profile.preferred_tier) if profile.preferred_tier is not None else None,
+        )
+        for adm in admissions:
+            tier = Tier(adm.tier)
+            if tier == Tier.SSD:
+                if not store.ssd.fits(size):
+                    self.free_ssd(size)
+                if store.ssd.fits(size):
+                    buf = np.empty(size, dtype=np.uint8)
+                    return Reservation(Tier.SSD, -1, size, buf.data)
+                continue
+            engine = store.memory[tier]
+            reservation = engine.reserve(size)
+            if reservation is None and not profile.pin and adm.displace_below > 0:
+                need = engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes
+                self.make_room(tier, need, adm.displace_below)
+                reservation = engine.reserve(size)
+            if reservation is not None:
+                if engine.used_bytes > states[int(tier)].high_bytes:
+                    self.wake.set()
+                return reservation
+        if profile.durability != Durability.DURABLE and not profile.pin:
+            # A cache always takes a new entry: when no tier would admit it on its
+            # merits (e.g. no SSD, memory full of equally valued objects), the least
+            # valuable residents of the first memory tier make way, as in any cache.
+            for tier, engine in store.memory.items():
+                if size > engine.capacity_bytes:
+                    continue
+                need = engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes
+                self.make_room(tier, need)
+                reservation = engine.reserve(size)
+                if reservation is not None:
+                    return reservation
+        raise CapacityExceeded(
+            f"no tier can take {size} more bytes: "
+            + ", ".join(
+                f"{Tier(t).name} {s.used_bytes}/{s.capacity_bytes}" for t, s in states.items()
+            )
+        )
+
+    def first_tier(self, size: int, profile: Profile, kind: Kind) -> Tier | None:
+        """The tier admission would try first for a new object (None: none can hold it)."""
+        states = self.store.tier_states()
+        with self.store.lock:
+            prior = self.catalog.learner.prior(int(kind), int(profile.hint))
+        admissions = self.planner.admit(
+            size,
+            int(kind),
+            prior,
+            profile.durability == Durability.DURABLE,
+            states,
+            int(profile.preferred_tier) if profile.preferred_tier is not None else None,
+        )
+        return Tier(admissions[0].tier) if admissions else None
+
+    def reserve_in(self, tier: Tier, size: int, profile: Profile) -> Reservation:
+        """Space in one given memory tier (e.g. a shared-memory staging area),
+        making room there when it is full. Raises CapacityExceeded."""
+        engine = self.store.memory.get(tier)
+        if engine is None:
+            raise CapacityExceeded(f"tier {tier.name} is not enabled")
+        reservation = engine.reserve(size)
+        if reservation is None and not profile.pin:
+            self.make_room(tier, engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes)
+            reservation = engine.reserve(size)
+        if reservation is None:
+            raise CapacityExceeded(
+                f"{tier.name} cannot take {size} more bytes "
+                f"({engine.used_bytes} of {engine.capacity_bytes} used)"
+            )
+        return reservation
+
+    def after_put(self, encoded: bytes, profile: Profile) -> None:
+        """Remember a put's next-access deadline (``profile.next_access_unix_ms``)."""
+        if not profile.next_access_unix_ms:
+            return
+        with self.store.lock:
+            row = self.catalog.index.find(encoded)
+            if row is not None:
+                self._set_deadline(row, profile.next_access_unix_ms / 1000)
+
+    def _set_deadline(self, row: int, when_s: float) -> None:
+        self.deadlines[row] = when_s
+        self.deadlines.move_to_end(row)
+        while len(self.deadlines) > MAX_DEADLINES:
+            self.deadlines.popitem(last=False)
+
+    # -- making room ------------------------------------------------------------------
+    def make_room(self, tier: Tier, nbytes: int, below: float = float("inf")) -> int:
+        """Move residents worth less than ``below`` per byte out of a memory tier
+        until ``nbytes`` were freed (or nothing movable is left). Returns bytes freed."""
+        if nbytes <= 0:
+            return 0
+        store = self.store
+        with store.lock:
+            states = store.tier_states()
+            victims = self.planner.victims(self.snapshot(tier), int(tier), nbytes, states, below)
+            c = self.catalog.index.cols
+            chosen = []
+            for row, dst, dens in zip(
+                victims.rows.tolist(), victims.dst.tolist(), victims.dst_density.tolist(),
+                strict=True,
+            ):  # fmt: skip
+                key = self.catalog.resident_keys.get(row)
+                if key is None or store.leases.is_leased(tier, int(c["loc"][row])):
+                    continue
+                chosen.append((key, int(c["size"][row]), dst, dens))
+        freed = 0
+        for key, size, dst, dens in chosen:
+            if freed >= nbytes:
+                break
+            if self._move_out(key, tier, size, dst, dens):
+                freed += size
+        return freed
+
+    def _move_out(self, key: bytes, tier: Tier, size: int, dst: int, density: float) -> bool:
+        store = self.store
+        if dst in (int(Tier.HBM), int(Tier.DRAM)):
+            target = Tier(dst)
+            engine = store.memory.get(target)
+            if engine is not None:
+                high = store.tier_states()[dst].high_bytes
+                need = engine.used_bytes + engine.cost_of(size) - high
+                if need > 0:
+                    self.make_room(target, need, density)
+                if self.mover.move(key, target):
+                    return True
+            dst = int(Tier.SSD)
+        if dst == DROP:
+            # with an SSD to go to, dropping was the planner's choice (recomputing is
+            # cheaper); without one it is a plain eviction for lack of room
+            ssd_enabled = self.store.tier_config(Tier.SSD)[0]
+            return self.mover.evict(key, tier, recompute=ssd_enabled) > 0
+        if self.mover.move(key, Tier.SSD):
+            return True
+        return self.mover.evict(key, tier) > 0  # CACHE object SSD cannot take: drop it
+
+    def free_ssd(self, nbytes: int) -> int:
+        """Drop the least valuable CACHE objects served from SSD to free ``nbytes``."""
+        with self.store.lock:
+            rows = self.planner.ssd_victims(self.snapshot(Tier.SSD), nbytes)
+            keys = [self.catalog.key_of(int(r)) for r in rows]
+        known = [k for k in keys if k is not None]
+        unknown = {int(r) for r, k in zip(rows.tolist(), keys, strict=True) if k is None}
+        freed = sum(self.mover.evict(k, Tier.SSD) for k in known)
+        return freed + self.mover.evict_rows(unknown, Tier.SSD)
+
+    # -- promotion on read ------------------------------------------------------------
+    def _on_access(self, row: int, encoded: bytes | None) -> None:
+        """Catalog hook, under the lock: queue a promotion the planner wants."""
+        if not self.config.promote_on_read or encoded is None:
+            return
+        promotion = self._promotion_for(row, time.time())
+        if promotion is not None:
+            self._queue(encoded, promotion)
+
+    def _promotion_for(self, row: int, now: float) -> Promotion | None:
+        c = self.catalog.index.cols
+        tier = int(c["tier"][row])
+        if tier == int(Tier.HBM) or int(c["flags"][row]) & FLAG_PINNED:
+            return None
+        adm = self.planner.promotion_target(
+            int(c["size"][row]),
+            int(c["kind"][row]),
+            self._rate(row, now),
+            tier,
+            int(c["seg"][row]) != SEG_NONE,
+            self.store.tier_states(),
+        )
+        return None if adm is None else Promotion(Tier(adm.tier), adm.displace_below)
+
+    def _queue(self, encoded: bytes, promotion: Promotion) -> None:
+        self.promotions[encoded] = promotion
+        self.promotions.move_to_end(encoded)
+        while len(self.promotions) > MAX_QUEUED_PROMOTIONS:
+            self.promotions.popitem(last=False)
+            self.store.metrics.placement_dropped_promotions.inc()
+        self.wake.set()
+
+    def take_promotion(self, encoded: bytes) -> Promotion | None:
+        """Claim a queued promotion of ``encoded`` (the reader will do it)."""
+        with self.store.lock:
+            return self.promotions.pop(encoded, None)
+
+    def promote(
+        self,
+        encoded: bytes,
+        promotion: Promotion,
+        entry: Entry | None = None,
+        view: memoryview | None = None,
+    ) -> bool:
+        """Carry out a promotion: make room (residents worth less than the object),
+        then move it up — from ``view`` (the complete value of ``entry``, just read)
+        if given, else by reading its current copy."""
+        store = self.store
+        target = promotion.target
+        engine = store.memory.get(target)
+        if engine is None:
+            return False
+        with store.lock:
+            now = self.catalog.find(encoded)
+            if now is None or now.tier == target or now.pinned:
+                return False
+            size = now.size
+        high = store.tier_states()[int(target)].high_bytes
+        need = engine.used_bytes + engine.cost_of(size) - high
+        if need > 0:
+            self.make_room(target, need, promotion.below)
+        if engine.used_bytes + engine.cost_of(size) > engine.capacity_bytes:
+            return False
+        if entry is not None and view is not None:
+            ok = self.mover.move_from(encoded, entry, view, target)
+        else:
+            ok = self.mover.move(encoded, target)
+        store.metrics.placement_moves.labels("promote", "done" if ok else "skipped").inc()
+        return ok
+
+    # -- rebalancing ------------------------------------------------------------------
+    def plan(self) -> Plan:
+        started = time.perf_counter()
+        with self.store.lock:
+            objs = self.snapshot()
+            states = self.store.tier_states()
+            quotas = self._quotas_locked()
+        if quotas != self.planner.config.quotas:
+            self.planner.config = dataclasses.replace(self.planner.config, quotas=quotas)
+        plan = self.planner.plan(objs, states)
+        m = self.store.metrics
+        m.placement_plans.inc()
+        m.planner_seconds.observe(time.perf_counter() - started)
+        return plan
+
+    def key_of(self, row: int) -> bytes | None:
+        with self.store.lock:
+            return self.catalog.key_of(row)
+
+    # -- prefetch, pin ----------------------------------------------------------------
+    def _check_count(self, keys: list[ObjectKey]) -> None:
+        limit = self.config.max_keys_per_request
+        if len(keys) > limit:
+            raise InvalidArgument(
+                f"{len(keys)} keys in one request; the limit is {limit} "
+                "(placement.max_keys_per_request)"
+            )
+
+    def prefetch(self, keys: list[ObjectKey], deadline_unix_ms: int) -> PrefetchResult:
+        """Promote objects ahead of a read expected by the deadline (0 = now). Missing
+        keys are counted, not an error (schedulers prefetch speculatively)."""
+        self._check_count(keys)
+        now = time.time()
+        when = deadline_unix_ms / 1000 if deadline_unix_ms else now
+        queued = resident = missing = 0
+        with self.store.lock:
+            for key in keys:
+                encoded = key.encode()
+                row = self.catalog.index.find(encoded)
+                if row is None:
+                    missing += 1
+                    continue
+                self._set_deadline(row, when)
+                if row not in self.catalog.resident_keys:
+                    self.catalog.remember(row, encoded)
+                promotion = self._promotion_for(row, now)
+                if promotion is None:
+                    resident += 1
+                else:
+                    self._queue(encoded, promotion)
+                    queued += 1
+        self.store.metrics.placement_prefetches.inc(len(keys))
+        return PrefetchResult(queued, resident, missing)
+
+    def pin(self, keys: list[ObjectKey], tier: Tier | None) -> list[Tier]:
+        """Pin objects (on ``tier`` if given: moved there first). All keys must
+        exist; if one cannot be placed on ``tier`` nothing is pinned."""
+        self._check_count(keys)
+        if tier is not None and (
+            tier not in (Tier.HBM, Tier.DRAM, Tier.SSD) or not self.store.tier_config(tier)[0]
+        ):
+            raise InvalidArgument(f"cannot pin on tier {tier.name}: it is not enabled here")
+        encoded = [k.encode() for k in keys]
+        with self.store.lock:
+            for key, enc in zip(keys, encoded, strict=True):
+                if self.catalog.find(enc) is None:
+                    raise NotFound(f"object {key} not found; nothing was pinned")
+        if tier is not None:
+            for key, enc in zip(keys, encoded, strict=True):
+                self._place_for_pin(key, enc, tier)
+        out = []
+        with self.store.lock:
+            for key, enc in zip(keys, encoded, strict=True):
+                entry = self.catalog.find(enc)
+                if entry is None:
+                    raise NotFound(f"object {key} was deleted while being pinned")
+                self._set_pin_locked(enc, entry, True)
+                out.append(entry.tier)
+        return out
+
+    def _place_for_pin(self, key: ObjectKey, enc: bytes, tier: Tier) -> None:
+        with self.store.lock:
+            entry = self.catalog.find(enc)
+            if entry is None:
+                raise NotFound(f"object {key} was deleted while being pinned")
+            if entry.tier == tier:
+                return
+            size = entry.size
+        engine = self.store.memory.get(tier)
+        if engine is not None and engine.used_bytes + engine.cost_of(size) > engine.capacity_bytes:
+            self.make_room(tier, engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes)
+        if not self.mover.move(enc, tier, force=True):
+            raise CapacityExceeded(
+                f"could not place {key} ({size} bytes) on {tier.name} to pin it; nothing was pinned"
+            )
+
+    def unpin(self, keys: list[ObjectKey]) -> int:
+        self._check_count(keys)
+        count = 0
+        with self.store.lock:
+            for key in keys:
+                enc = key.encode()
+                entry = self.catalog.find(enc)
+                if entry is not None and entry.pinned:
+                    self._set_pin_locked(enc, entry, False)
+                    count += 1
+        if count:
+            self.wake.set()
+        return count
+
+    def _set_pin_locked(self, enc: bytes, entry: Entry, pinned: bool) -> None:
+        self.catalog.set_pinned(entry.row, pinned)
+        self.catalog.store_pinned(enc, pinned)
+
+    # -- cost -------------------------------------------------------------------------
+    def cost_report(self) -> CostReport:
+        store = self.store
+        with store.lock:
+            idx = self.catalog.index
+            n = idx.high_water_row
+            c = idx.cols
+            rows = np.flatnonzero((c["flags"][:n] & FLAG_LIVE) != 0)
+            columns = {
+                name: c[name][rows].copy() for name in ("size", "tier", "kind", "ns", "sess", "seg")
+            }
+            namespaces = {v: k for k, v in self.catalog.namespaces.items()}
+            sessions = self.catalog.sessions.names()
+            capacities = {
+                int(t): (e.capacity_bytes, e.used_bytes)
+                for t, e in store.engines()
+                if store.tier_config(t)[0]
+            }
+        return cost_report(
+            self.cost,
+            size=columns["size"],
+            tier=columns["tier"],
+            kind=columns["kind"],
+            ssd_copy=columns["seg"] != SEG_NONE,
+            ns=columns["ns"],
+            session=columns["sess"],
+            capacities=capacities,
+            namespace_names=namespaces,
+            session_names=sessions,
+            top_sessions=self.config.top_sessions,
+        )
