@@ -159,7 +159,7 @@ class Daemon:
         self.placement = PlacementService(self.store, self.mover, pcfg)
         self.objects = ObjectService(self.store, self.mover, self.placement)
         self.admin = AdminService(self.store, self.placement)
-        self.kv = KvService(self.store, self.objects, self.mover, cfg.kv)
+        self.kv = KvService(self.store, self.objects, self.mover, cfg.kv, self.placement)
         self.expirer = Expirer(self.store)
         store = self.store
         self.metrics.leases_active.set_function(lambda: store.leases.active)

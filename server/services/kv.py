@@ -49,6 +49,7 @@ from tiermem.server.model import (
 )
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.objects import ObjectService, PutSpec, StagedPut
+from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.store import Store
 
 MAX_MODEL_BYTES = 256
@@ -234,12 +235,18 @@ class _Splitter:
 
 class KvService:
     def __init__(
-        self, store: Store, objects: ObjectService, mover: Mover, config: KvConfig
+        self,
+        store: Store,
+        objects: ObjectService,
+        mover: Mover,
+        config: KvConfig,
+        placement: PlacementService | None = None,
     ) -> None:
         self.store = store
         self.objects = objects
         self.mover = mover
         self.config = config
+        self.placement = placement
 
     # -- put ----------------------------------------------------------------------
     def validate_put(
@@ -448,6 +455,13 @@ class KvService:
         keys, rows, tiers = self._probe(
             scope, chunk_hashes, self.config.max_batch_blocks, "Prefetch"
         )
+        found = [bytes(keys[int(i)]) for i in np.flatnonzero(rows >= 0)]
+        missing = int((rows < 0).sum())
+        if self.placement is not None:
+            # The planner decides where each block goes (and refreshes the resident
+            # ones' deadlines); promotions run on the migrator.
+            result = self.placement.prefetch([ObjectKey.decode(k) for k in found], 0)
+            return PrefetchReport(result.queued, result.resident, missing)
         memory = [int(t) for t in self.store.memory]
         resident = (rows >= 0) & np.isin(tiers, memory)
         with self.store.lock:
@@ -455,15 +469,14 @@ class KvService:
                 # re-find: the row may have been freed since the probe
                 entry = self.store.catalog.find(keys[int(i)])
                 if entry is not None:
-                    self.store.catalog.touch(entry.row)
+                    self.store.catalog.touch(entry.row, bytes(keys[int(i)]))
         promoted = sum(
             1 for i in np.flatnonzero((rows >= 0) & ~resident) if self.promote(bytes(keys[int(i)]))
         )
-        return PrefetchReport(promoted, int(resident.sum()), int((rows < 0).sum()))
+        return PrefetchReport(promoted, int(resident.sum()), missing)
 
     def promote(self, encoded_key: bytes) -> bool:
-        """Bring one block into the fastest memory tier. The single seam through
-        which prefetch moves data (the placement planner takes it over later)."""
+        """Without a planner: bring one block into the fastest memory tier."""
         if not self.store.memory:
             return False
         target = next(iter(self.store.memory))
