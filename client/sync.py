@@ -17,6 +17,7 @@ import numpy as np
 from tiermem.client import _wire
 from tiermem.client._transport import Transport
 from tiermem.client.types import Kind, ObjectInfo, Profile, Stats
+from tiermem.client.vectors import VectorClient
 from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
 
 T = TypeVar("T")
@@ -46,6 +47,7 @@ class Client:
         self._metadata = self.transport.metadata
         self._objects = object_pb2_grpc.ObjectServiceStub(self.transport.channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self.transport.channel)
+        self.vectors = VectorClient(self.transport, namespace)
 
     def close(self) -> None:
         self.transport.close()

@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.interceptor import ServerInterceptor
 from tiermem.server.api.objects import ObjectServicer
+from tiermem.server.api.vectors import VectorServicer
 from tiermem.server.catalog.catalog import Catalog
 from tiermem.server.config import Config
 from tiermem.server.metrics import Metrics
@@ -35,18 +36,27 @@ from tiermem.server.services.mover import Mover
 from tiermem.server.services.objects import ObjectService
 from tiermem.server.services.recovery import RecoveryReport, recover
 from tiermem.server.services.store import Store
+from tiermem.server.services.vectors import VectorService
 from tiermem.server.storage.rocks import RocksStore
 from tiermem.server.tiers.base import MemoryTierEngine
 from tiermem.server.tiers.dram import DramEngine
 from tiermem.server.tiers.hbm import HbmEngine
 from tiermem.server.tiers.ssd import SsdEngine
-from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
+from tiermem.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    object_pb2,
+    object_pb2_grpc,
+    vectors_pb2,
+    vectors_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
     object_pb2.DESCRIPTOR.services_by_name["ObjectService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    vectors_pb2.DESCRIPTOR.services_by_name["VectorService"].full_name,
 )
 
 
@@ -67,6 +77,7 @@ class Daemon:
         self._background: BackgroundWorker | None = None
         self._rocks: RocksStore | None = None
         self._engines: list[Any] = []
+        self._vectors_started = False
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -96,11 +107,18 @@ class Daemon:
         self.objects = ObjectService(self.store, self.mover)
         self.admin = AdminService(self.store)
         self.expirer = Expirer(self.store)
+        self.vectors = VectorService(
+            cfg.vectors, self.store, data_dir / "vectors", cfg.server.max_message_bytes - 65536
+        )
+        self.admin.usage_sources.append(self.vectors.usage)
         self._start_grpc()
         self.recovery = recover(catalog, ssd)
         self.metrics.recovery_seconds.set(self.recovery.seconds)
         for name in cfg.namespaces:
             catalog.ensure_namespace(name)
+        self.vectors.open()
+        self.vectors.start()
+        self._vectors_started = True
         self.metrics.watch_state(self.admin.usage_snapshot)
         self._background = BackgroundWorker(
             cfg.background, self.mover, self.expirer, self.objects.pressure
@@ -129,6 +147,10 @@ class Daemon:
             ObjectServicer(self.objects, cfg.chunk_bytes), server
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(self.admin), server)
+        if self.config.vectors.enabled:
+            vectors_pb2_grpc.add_VectorServiceServicer_to_server(
+                VectorServicer(self.vectors), server
+            )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -176,6 +198,8 @@ class Daemon:
             self._server.stop(grace).wait()
         if self._background is not None:
             self._background.stop()
+        if self._vectors_started:
+            self.vectors.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

@@ -118,6 +118,35 @@ class Metrics:
         self.recovery_seconds = Gauge(
             "tiermem_recovery_seconds", "Time the last start-up recovery took.", registry=r
         )
+        # -- vectors (server/services/vectors.py) ----------------------------------
+        self.vector_ops = Counter(
+            "tiermem_vector_operations", "Vector service calls by operation.", ["op"],
+            registry=r,
+        )  # fmt: skip
+        self.vector_items = Counter(
+            "tiermem_vector_items", "Vectors upserted or deleted, and queries searched.", ["op"],
+            registry=r,
+        )  # fmt: skip
+        self.vector_loads = Counter(
+            "tiermem_vector_collection_loads", "Collections loaded from SSD.", registry=r
+        )
+        self.vector_load_seconds = Histogram(
+            "tiermem_vector_collection_load_seconds", "Time to load a collection from SSD.",
+            buckets=LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.vector_unloads = Counter(
+            "tiermem_vector_collection_unloads", "Collections unloaded to SSD.", registry=r
+        )
+        self.vector_snapshots = Counter(
+            "tiermem_vector_snapshots", "Collection snapshots written.", registry=r
+        )
+        self.vector_rebuilds = Counter(
+            "tiermem_vector_index_rebuilds", "Index rebuilds (compaction, upgrade) by kind built.",
+            ["index"], registry=r,
+        )  # fmt: skip
+        self.vector_memory_bytes = Gauge(
+            "tiermem_vector_memory_bytes", "Memory held by loaded collections.", registry=r
+        )
 
     def watch_state(self, snapshot: Callable[[], TierUsage]) -> None:
         """Register the scrape-time collector of tier and object gauges."""

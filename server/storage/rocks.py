@@ -29,6 +29,10 @@ COLUMN_FAMILIES: dict[str, str] = {
     "expiry": "big-endian u64 expiry unix ms + encoded-object-key -> empty (TTL index)",
     "namespaces": "namespace name -> creation time",
     "meta": "daemon bookkeeping (format version, id counters)",
+    # -- vectors (server/vectors) --
+    "vec_collections": "namespace NUL name -> CollectionRecord (vector collections)",
+    "vec_log": "collection id u64 BE + seq u64 BE -> VectorLogEntry (operation log)",
+    "vec_payloads": "collection id u64 BE + vector id u64 BE -> VectorPayload",
 }
 
 
@@ -133,6 +137,10 @@ class Batch:
 
     def delete(self, cf: str, key: bytes) -> None:
         self.raw.delete(key, self._store._handles[cf])
+
+    def delete_range(self, cf: str, begin: bytes, end: bytes) -> None:
+        """Delete every key in ``[begin, end)`` of ``cf``."""
+        self.raw.delete_range(begin, end, self._store._handles[cf])
 
     def commit(self, *, sync: bool) -> None:
         self._store.write(self.raw, sync=sync)
