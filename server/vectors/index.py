@@ -14,8 +14,15 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from pathlib import Path
 from typing import Any
+
+# faiss's OpenMP threads spin while they wait for work by default; on a host
+# whose cores are shared (other daemons, RPC threads) that turns a 2 s k-means
+# into 25 s. Passive waiting costs little here. Read when faiss loads its
+# OpenMP runtime, so it must be set before the import; the environment wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import faiss as _faiss
 import numpy as np

@@ -93,6 +93,10 @@ def run(args: argparse.Namespace) -> int:
                     break
         elif cmd == "stats":
             print(format_stats(client))
+        elif cmd == "vec":
+            from tiermem.cli import vectors
+
+            return vectors.run(args, client)
         elif cmd == "ns":
             if args.ns_command == "create":
                 created = client.create_namespace(args.name)

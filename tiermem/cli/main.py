@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("name")
     q = ns_sub.add_parser("ls")
     _client_args(q)
+
+    from tiermem.cli import vectors
+
+    vectors.add_parser(sub, _client_args)
     return parser
 
 
