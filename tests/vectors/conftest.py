@@ -9,8 +9,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry
 
-from tests.conftest import deep_merge
+from tests.conftest import daemon_config, deep_merge
 from tiermem.client import Client
 from tiermem.server.app import Daemon
 
@@ -41,6 +42,20 @@ def vdaemon(make_vdaemon: Callable[..., Daemon]) -> Daemon:
 def vclient(vdaemon: Daemon) -> Iterator[Client]:
     with Client(vdaemon.address, timeout_s=60) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def shared_vclient(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+    """One daemon for a whole test module (tests use distinct collection names)."""
+    config = daemon_config(tmp_path_factory.mktemp("shared"), **VECTOR_CONFIG)
+    daemon = Daemon(config, registry=CollectorRegistry())
+    daemon.start()
+    try:
+        with Client(daemon.address, timeout_s=60) as c:
+            c.daemon = daemon  # type: ignore[attr-defined]
+            yield c
+    finally:
+        daemon.stop(grace_s=0)
 
 
 def clustered(n: int, d: int, seed: int = 0, clusters: int = 20) -> np.ndarray:

@@ -17,20 +17,21 @@ MIN_RECALL = {"flat": 1.0, "hnsw": 0.95, "auto": 0.95, "ivf_pq": 0.5}
 
 @pytest.mark.parametrize("metric", ["l2", "inner_product", "cosine"])
 @pytest.mark.parametrize("index", ["flat", "hnsw", "ivf_pq", "auto"])
-def test_recall_at_10_against_brute_force(
-    vdaemon: Daemon, vclient: Client, index: str, metric: str
-) -> None:
+def test_recall_at_10_against_brute_force(shared_vclient: Client, index: str, metric: str) -> None:
+    vclient = shared_vclient
+    vdaemon: Daemon = shared_vclient.daemon  # type: ignore[attr-defined]
+    name = f"{index}-{metric}"
     x = clustered(N, D, seed=1)
     q = clustered(50, D, seed=2)
     # 16 sub-quantisers of 2 dimensions: PQ codes fine enough to rank by.
     params = IndexParams(pq_m=16) if index == "ivf_pq" else None
-    vclient.vectors.create("c", D, metric=metric, index=index, params=params)
+    vclient.vectors.create(name, D, metric=metric, index=index, params=params)
     ids = np.arange(N) * 7 + 3  # ids are not positions
-    vclient.vectors.upsert("c", ids, x)
-    vdaemon.vectors.compact("default", "c")  # IVF_PQ trains, AUTO upgrades to HNSW
-    built = vclient.vectors.describe("c").built_index
+    vclient.vectors.upsert(name, ids, x)
+    vdaemon.vectors.compact("default", name)  # IVF_PQ trains, AUTO upgrades to HNSW
+    built = vclient.vectors.describe(name).built_index
     assert built == {"auto": IndexType.HNSW}.get(index, IndexType[index.upper()])
-    res = vclient.vectors.search("c", q, K, nprobe=1000, ef_search=128)
+    res = vclient.vectors.search(name, q, K, nprobe=1000, ef_search=128)
     truth = ids[brute_force(x, q, K, metric)]
     # Maximum inner product over unnormalised vectors is not a metric space: graph
     # search finds fewer of the true neighbours there.
@@ -40,3 +41,4 @@ def test_recall_at_10_against_brute_force(
         rows = (res.ids - 3) // 7
         want = ((q[:, None, :] - x[rows]) ** 2).sum(-1)
         assert np.allclose(res.distances, want, rtol=1e-4, atol=1e-3)
+    vclient.vectors.drop(name)
