@@ -70,7 +70,7 @@ from tiermem.server.vectors.types import (
     SearchResult,
     validate_collection_name,
 )
-from tiermem.storage.v1 import vectors_pb2 as records
+from tiermem.v1 import vector_records_pb2 as records
 from tiermem.v1 import vectors_pb2
 
 log = logging.getLogger(__name__)

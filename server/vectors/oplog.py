@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 
 from tiermem.server.errors import InvariantViolation
 from tiermem.server.storage.rocks import RocksStore
-from tiermem.storage.v1 import vectors_pb2 as records
+from tiermem.v1 import vector_records_pb2 as records
 from tiermem.v1 import vectors_pb2
 
 CF_COLLECTIONS = "vec_collections"

@@ -27,7 +27,7 @@ from tiermem.server.errors import InvariantViolation
 from tiermem.server.vectors import index as fx
 from tiermem.server.vectors.payloads import PayloadColumns
 from tiermem.server.vectors.types import CollectionSpec, Filter, IndexKind, IndexParams
-from tiermem.storage.v1 import vectors_pb2 as records
+from tiermem.v1 import vector_records_pb2 as records
 from tiermem.v1 import vectors_pb2
 
 F32 = npt.NDArray[np.float32]

@@ -1,0 +1,1 @@
+"""Benchmarks: each module runs peers side by side and writes bench/results/<name>.json."""
