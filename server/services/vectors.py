@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import shutil
 import threading
 import time
@@ -47,23 +46,20 @@ from tiermem.server.errors import (
     NotFound,
 )
 from tiermem.server.model import (
-    MAX_SESSION_BYTES,
     Kind,
-    ObjectKey,
     Tier,
     validate_namespace,
     validate_session,
 )
 from tiermem.server.services.store import Store
 from tiermem.server.vectors import index as fx
-from tiermem.server.vectors import snapshot
+from tiermem.server.vectors import snapshot, validate
 from tiermem.server.vectors.oplog import VectorStore
 from tiermem.server.vectors.rwlock import RWLock
 from tiermem.server.vectors.state import State
 from tiermem.server.vectors.types import (
     CollectionSpec,
     Filter,
-    FilterOp,
     IndexKind,
     IndexParams,
     Metric,
@@ -78,8 +74,6 @@ log = logging.getLogger(__name__)
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 
-_FIELD_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-MAX_EF_SEARCH = 4096
 RATE_HALF_LIFE_S = 60.0
 
 
@@ -282,7 +276,7 @@ class VectorService:
             raise InvalidArgument(
                 f"dimension {dimension} is out of range: use 1..{cfg.max_dimension}"
             )
-        params = self._resolve_params(params, dimension)
+        params = validate.resolve_params(self.config, params, dimension)
         self._check_namespace(namespace)
         spec = CollectionSpec(namespace, name, dimension, metric, index, params, session)
         with self._lock:
@@ -320,32 +314,6 @@ class VectorService:
             self._collections[namespace, name] = col
         self.metrics.vector_ops.labels("create").inc()
         return self._info(col), True
-
-    def _resolve_params(self, p: IndexParams, dimension: int) -> IndexParams:
-        cfg = self.config
-        if p.pq_m and dimension % p.pq_m:
-            raise InvalidArgument(f"pq_m {p.pq_m} must divide the dimension {dimension}")
-        if p.pq_nbits and not 4 <= p.pq_nbits <= 8:
-            raise InvalidArgument(f"pq_nbits {p.pq_nbits} is out of range: use 4..8")
-        if p.hnsw_m and not 4 <= p.hnsw_m <= 128:
-            raise InvalidArgument(f"hnsw_m {p.hnsw_m} is out of range: use 4..128")
-        for field, value, top in (
-            ("hnsw_ef_construction", p.hnsw_ef_construction, MAX_EF_SEARCH),
-            ("hnsw_ef_search", p.hnsw_ef_search, MAX_EF_SEARCH),
-            ("ivf_nlist", p.ivf_nlist, 65_536),
-            ("ivf_nprobe", p.ivf_nprobe, 65_536),
-        ):
-            if value > top:
-                raise InvalidArgument(f"{field} {value} is too large: the limit is {top}")
-        return IndexParams(
-            p.hnsw_m or cfg.hnsw_m,
-            p.hnsw_ef_construction or cfg.hnsw_ef_construction,
-            p.hnsw_ef_search or cfg.hnsw_ef_search,
-            p.ivf_nlist,
-            p.ivf_nprobe or cfg.ivf_nprobe,
-            p.pq_m,
-            p.pq_nbits or cfg.pq_nbits,
-        )
 
     def describe(self, namespace: str, name: str) -> CollectionInfo:
         return self._info(self._get(namespace, name))
@@ -423,15 +391,15 @@ class VectorService:
     ) -> tuple[int, int]:
         """Insert or replace vectors; returns (count, log seq). Durable on return."""
         col = self._get(namespace, name)
-        ids = self._check_ids(ids)
-        vectors = self._check_vectors(vectors, col.spec, len(ids), "vectors")
+        ids = validate.check_ids(self.config, ids)
+        vectors = validate.check_vectors(self.config, vectors, col.spec, len(ids), "vectors")
         if col.spec.metric == Metric.COSINE:
             norms = np.linalg.norm(vectors, axis=1)
             if not np.all(norms > 0):
                 row = int(np.flatnonzero(~(norms > 0))[0])
                 raise InvalidArgument(f"vector {row} (id {ids[row]}) is zero: cosine needs a norm")
             vectors = fx.normalize(vectors)
-        stored = self._check_payloads(payloads, len(ids))
+        stored = validate.check_payloads(self.config, payloads, len(ids))
         entry = records.VectorLogEntry(
             op=records.VectorLogEntry.UPSERT,
             ids=ids.astype("<i8").tobytes(),
@@ -451,7 +419,7 @@ class VectorService:
     def delete(self, namespace: str, name: str, ids: I64) -> tuple[int, int]:
         """Delete vectors by id; returns (how many existed, log seq). Durable on return."""
         col = self._get(namespace, name)
-        ids = self._check_ids(ids)
+        ids = validate.check_ids(self.config, ids)
         entry = records.VectorLogEntry(
             op=records.VectorLogEntry.DELETE, ids=ids.astype("<i8").tobytes()
         )
@@ -481,16 +449,16 @@ class VectorService:
             raise InvalidArgument(f"k must be at least 1, got {k}")
         if k > cfg.max_k:
             raise InvalidArgument(f"k {k} is too large: the limit is vectors.max_k = {cfg.max_k}")
-        if ef_search > MAX_EF_SEARCH:
-            raise InvalidArgument(f"hnsw_ef_search {ef_search} exceeds {MAX_EF_SEARCH}")
-        queries = self._check_vectors(queries, col.spec, None, "queries")
+        if ef_search > validate.MAX_EF_SEARCH:
+            raise InvalidArgument(f"hnsw_ef_search {ef_search} exceeds {validate.MAX_EF_SEARCH}")
+        queries = validate.check_vectors(self.config, queries, col.spec, None, "queries")
         nq = len(queries)
         if nq * k * 12 > self.max_result_bytes:
             raise InvalidArgument(
                 f"{nq} queries x k={k} would return {nq * k * 12} bytes; the message limit is "
                 f"{self.max_result_bytes}: split the batch"
             )
-        self._check_filter(flt)
+        validate.check_filter(self.config, flt)
         if col.spec.metric == Metric.COSINE:
             queries = fx.normalize(queries)
         with self._loaded(col, write=False) as state:
@@ -522,128 +490,6 @@ class VectorService:
         col = self._get(namespace, name)
         with self._loaded(col, write=False) as state:
             return state.count
-
-    # -- validation --------------------------------------------------------------
-    def _check_ids(self, ids: I64) -> I64:
-        ids = np.asarray(ids)
-        if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise InvalidArgument("ids must be a flat array of integers")
-        n = len(ids)
-        if n == 0:
-            raise InvalidArgument("no ids given")
-        if n > self.config.max_batch_vectors:
-            raise InvalidArgument(
-                f"{n} ids in one request; the limit is vectors.max_batch_vectors = "
-                f"{self.config.max_batch_vectors}: split the batch"
-            )
-        if ids.dtype.kind == "u" and int(ids.max()) >= 1 << 63:
-            raise InvalidArgument("ids must be below 2^63")
-        ids = ids.astype(np.int64)
-        if int(ids.min()) < 0:
-            raise InvalidArgument(f"ids must be >= 0, got {int(ids.min())}")
-        uniq = np.unique(ids)
-        if len(uniq) != n:
-            counts = np.unique(ids, return_counts=True)
-            dup = int(counts[0][np.argmax(counts[1] > 1)])
-            raise InvalidArgument(f"id {dup} appears more than once in the batch")
-        return ids
-
-    def _check_vectors(self, vectors: F32, spec: CollectionSpec, n: int | None, what: str) -> F32:
-        arr = np.asarray(vectors)
-        if arr.dtype != np.float32:
-            raise InvalidArgument(f"{what} must be float32, got {arr.dtype}")
-        d = spec.dimension
-        if arr.ndim == 2 and arr.shape[1] != d:
-            raise InvalidArgument(
-                f"{what} have dimension {arr.shape[1]}; collection {spec.label} has {d}"
-            )
-        if arr.size % d:
-            raise InvalidArgument(
-                f"{what}: {arr.size} floats is not a multiple of the dimension {d} "
-                f"of collection {spec.label}"
-            )
-        rows = arr.size // d
-        if n is not None and rows != n:
-            raise InvalidArgument(
-                f"{n} ids but {rows} vectors of dimension {d} ({arr.size} floats) in the request"
-            )
-        if rows == 0:
-            raise InvalidArgument(f"no {what} given")
-        if rows > self.config.max_batch_vectors:
-            raise InvalidArgument(
-                f"{rows} {what} in one request; the limit is vectors.max_batch_vectors = "
-                f"{self.config.max_batch_vectors}: split the batch"
-            )
-        arr = np.ascontiguousarray(arr.reshape(rows, d))
-        finite = np.isfinite(arr).all(axis=1)
-        if not finite.all():
-            row = int(np.flatnonzero(~finite)[0])
-            raise InvalidArgument(f"{what} row {row} has NaN or infinite values")
-        return arr
-
-    def _check_payloads(
-        self, payloads: Sequence[vectors_pb2.VectorPayload], n: int
-    ) -> list[bytes | None]:
-        """Validate; returns what to store per id (None = no payload: clear it)."""
-        cfg = self.config
-        if not payloads:
-            return [None] * n
-        if len(payloads) != n:
-            raise InvalidArgument(f"{len(payloads)} payloads for {n} ids: give none or one per id")
-        out: list[bytes | None] = []
-        for i, p in enumerate(payloads):
-            if len(p.fields) > cfg.max_payload_fields:
-                raise InvalidArgument(
-                    f"payload {i} has {len(p.fields)} fields; the limit is "
-                    f"vectors.max_payload_fields = {cfg.max_payload_fields}"
-                )
-            for field, value in p.fields.items():
-                if not _FIELD_RE.match(field):
-                    raise InvalidArgument(
-                        f"payload {i}: field name {field[:64]!r} is invalid: use 1..64 "
-                        "characters from A-Z a-z 0-9 _ . -"
-                    )
-                kind = value.WhichOneof("value")
-                if kind is None:
-                    raise InvalidArgument(f"payload {i}: field {field!r} has no value")
-                if kind == "f" and not math.isfinite(value.f):
-                    raise InvalidArgument(f"payload {i}: field {field!r} is NaN or infinite")
-            if p.HasField("ref"):
-                ObjectKey.checked(p.ref.namespace, int(p.ref.kind), p.ref.key)
-            if len(p.session.encode()) > MAX_SESSION_BYTES:
-                raise InvalidArgument(f"payload {i}: session id is over {MAX_SESSION_BYTES} bytes")
-            raw = p.SerializeToString()
-            if len(raw) > cfg.max_payload_bytes:
-                raise InvalidArgument(
-                    f"payload {i} is {len(raw)} bytes; the limit is vectors.max_payload_bytes = "
-                    f"{cfg.max_payload_bytes}"
-                )
-            out.append(raw if raw else None)
-        return out
-
-    def _check_filter(self, flt: Filter) -> None:
-        if len(flt.conditions) > self.config.max_filter_conditions:
-            raise InvalidArgument(
-                f"filter has {len(flt.conditions)} conditions; the limit is "
-                f"vectors.max_filter_conditions = {self.config.max_filter_conditions}"
-            )
-        validate_session(flt.session)
-        for cond in flt.conditions:
-            if not _FIELD_RE.match(cond.field):
-                raise InvalidArgument(f"filter field {cond.field[:64]!r} is invalid")
-            n = len(cond.values)
-            if cond.op == FilterOp.IN and n == 0:
-                raise InvalidArgument(f"filter on {cond.field!r}: IN needs at least one value")
-            if cond.op not in (FilterOp.IN, FilterOp.EXISTS) and n != 1:
-                raise InvalidArgument(
-                    f"filter on {cond.field!r}: {cond.op.name} needs exactly one value, got {n}"
-                )
-            if cond.op in (FilterOp.LT, FilterOp.LE, FilterOp.GT, FilterOp.GE) and isinstance(
-                cond.values[0], str
-            ):
-                raise InvalidArgument(
-                    f"filter on {cond.field!r}: {cond.op.name} needs a number, not a string"
-                )
 
     # -- tiering -----------------------------------------------------------------
     def load(self, namespace: str, name: str) -> tuple[CollectionInfo, float]:
