@@ -30,6 +30,7 @@ from tiermem.client.placement import PlacementClient
 from tiermem.client.scratch import ScratchClient
 from tiermem.client.sessions import SESSION_METADATA, SessionsClient
 from tiermem.client.types import Kind, ObjectInfo, Profile, Stats
+from tiermem.client.vectors import VectorClient
 from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
 
 T = TypeVar("T")
@@ -85,6 +86,7 @@ class Client:
             self.transport, namespace=namespace, chunk_bytes=chunk_bytes, verify=verify
         )
         self.placement = PlacementClient(self.transport, namespace)
+        self.vectors = VectorClient(self.transport, namespace)
         self.sessions = SessionsClient(self.transport)
         self.scratch = ScratchClient(self.transport)
         self.operators = OperatorsClient(self.transport)

@@ -30,6 +30,7 @@ from tiermem.server.api.interceptor import ServerInterceptor
 from tiermem.server.api.kv import KvServicer
 from tiermem.server.api.objects import ObjectServicer
 from tiermem.server.api.placement import PlacementServicer
+from tiermem.server.api.vectors import VectorServicer
 from tiermem.server.catalog.catalog import Catalog
 from tiermem.server.config import Config
 from tiermem.server.dataplane.plane import DataPlane
@@ -52,6 +53,7 @@ from tiermem.server.services.periodic import Periodic
 from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.recovery import RecoveryReport, recover
 from tiermem.server.services.store import Store
+from tiermem.server.services.vectors import VectorService
 from tiermem.server.sessions.guard import SessionGuard
 from tiermem.server.sessions.service import SessionService
 from tiermem.server.storage.rocks import RocksStore
@@ -76,6 +78,8 @@ from tiermem.v1 import (
     scratch_pb2_grpc,
     sessions_pb2,
     sessions_pb2_grpc,
+    vectors_pb2,
+    vectors_pb2_grpc,
 )
 
 log = logging.getLogger(__name__)
@@ -89,6 +93,7 @@ SERVICE_NAMES = (
     operators_pb2.DESCRIPTOR.services_by_name["OperatorService"].full_name,
     kv_pb2.DESCRIPTOR.services_by_name["KvService"].full_name,
     placement_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name,
+    vectors_pb2.DESCRIPTOR.services_by_name["VectorService"].full_name,
 )
 
 
@@ -112,6 +117,7 @@ class Daemon:
         self._engines: list[Any] = []
         self.dataplane: DataPlane | None = None
         self._reaper: Periodic | None = None
+        self._vectors_started = False
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -165,6 +171,10 @@ class Daemon:
         self.metrics.leases_active.set_function(lambda: store.leases.active)
         self.dataplane = DataPlane(self.objects, cfg, self.metrics)
         self._build_agent_memory(data_dir)
+        self.vectors = VectorService(
+            cfg.vectors, self.store, data_dir / "vectors", cfg.server.max_message_bytes - 65536
+        )
+        self.admin.usage_sources.append(self.vectors.usage)
         self._start_grpc()
         self._start_metrics()  # before recovery: tiermem_ready is 0 until it is done
         self.recovery = recover(catalog, ssd)
@@ -172,6 +182,9 @@ class Daemon:
         self._record_recovery(self.recovery)
         for name in cfg.namespaces:
             catalog.ensure_namespace(name)
+        self.vectors.open()
+        self.vectors.start()
+        self._vectors_started = True
         self.metrics.watch_state(self.admin.usage_snapshot)
         self.dataplane.start()
         self._background = BackgroundWorker(
@@ -271,6 +284,10 @@ class Daemon:
         placement_pb2_grpc.add_PlacementServiceServicer_to_server(
             PlacementServicer(self.placement), server
         )
+        if self.config.vectors.enabled:
+            vectors_pb2_grpc.add_VectorServiceServicer_to_server(
+                VectorServicer(self.vectors), server
+            )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -338,6 +355,8 @@ class Daemon:
             self._reaper.stop()
             self.scratch.stop()  # flushes what is buffered
             self.operators.close()
+        if self._vectors_started:
+            self.vectors.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

@@ -336,6 +336,64 @@ class PlacementConfig(_Section):
     """Latency, bandwidth and price of each tier (the cost model)."""
 
 
+class VectorsConfig(_Section):
+    """Vector collections (server/vectors): limits, index defaults, durability, tiering."""
+
+    enabled: bool = True
+    """Serve the VectorService."""
+    dram_budget_bytes: ByteSize = ByteSize(1 * GiB)
+    """Memory loaded collections may hold together (bytes); least recently used ones are
+    unloaded to SSD beyond it."""
+    idle_unload_s: float = Field(default=900.0, ge=0)
+    """Unload a collection not used for this many seconds (0 = never for idleness)."""
+    use_gpu: bool = True
+    """Search FLAT/IVF_PQ collections on the GPU when faiss sees one and the HBM tier is on."""
+    mmap_load: bool = True
+    """Memory-map snapshot files on load where the index type allows (FLAT, HNSW)."""
+    fsync: bool = True
+    """Sync the operation log (RocksDB WAL) before acknowledging an upsert or delete."""
+    max_collections: int = Field(default=10_000, ge=1)
+    """Most collections the daemon holds (all namespaces)."""
+    max_dimension: int = Field(default=4096, ge=1, le=65_536)
+    """Largest vector dimension a collection may have."""
+    max_k: int = Field(default=1024, ge=1, le=100_000)
+    """Largest k a search may ask for."""
+    max_batch_vectors: int = Field(default=65_536, ge=1)
+    """Most vectors (or queries, or ids) in one upsert, delete or search request."""
+    max_payload_bytes: int = Field(default=4096, ge=64)
+    """Largest serialized payload of one vector (bytes)."""
+    max_payload_fields: int = Field(default=32, ge=1)
+    """Most fields in one vector's payload."""
+    max_filter_conditions: int = Field(default=16, ge=1)
+    """Most conditions in one search filter."""
+    snapshot_ops: int = Field(default=50_000, ge=1)
+    """Snapshot a loaded collection once this many vectors were upserted or deleted since
+    its last snapshot (bounds log replay at load and recovery)."""
+    snapshot_interval_s: float = Field(default=60.0, gt=0)
+    """Snapshot a collection with any unsnapshotted operation this long after its last."""
+    compact_dead_ratio: float = Field(default=0.2, gt=0, lt=1)
+    """Rebuild an index (drop tombstones) once this fraction of its entries is deleted."""
+    hnsw_m: int = Field(default=32, ge=4, le=128)
+    """HNSW graph degree (neighbours per node)."""
+    hnsw_ef_construction: int = Field(default=80, ge=8, le=4096)
+    """HNSW build-time candidate list size (higher: better graph, slower build)."""
+    hnsw_ef_search: int = Field(default=64, ge=1, le=4096)
+    """HNSW search-time candidate list size (raised to k when smaller)."""
+    ivf_nprobe: int = Field(default=16, ge=1)
+    """Inverted lists an IVF_PQ search visits."""
+    pq_nbits: int = Field(default=8, ge=4, le=8)
+    """Bits per product-quantiser code."""
+    ivf_train_min_vectors: int = Field(default=10_000, ge=256)
+    """An IVF_PQ collection serves exact (FLAT) search until it holds this many vectors,
+    then trains its quantisers on them."""
+    auto_hnsw_min_vectors: int = Field(default=20_000, ge=1)
+    """AUTO collections switch from FLAT to HNSW at this many vectors."""
+    auto_ivf_pq_min_vectors: int = Field(default=5_000_000, ge=1)
+    """AUTO collections switch from HNSW to IVF_PQ at this many vectors."""
+    maintain_interval_s: float = Field(default=1.0, gt=0)
+    """Seconds between maintenance passes (snapshots, compaction, index upgrades, unloads)."""
+
+
 class Config(BaseSettings):
     """The daemon's whole configuration."""
 
@@ -361,6 +419,7 @@ class Config(BaseSettings):
     agent: AgentConfig = AgentConfig()
     """Sessions, scratchpad write-back and operators."""
     placement: PlacementConfig = PlacementConfig()
+    vectors: VectorsConfig = VectorsConfig()
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> Config:

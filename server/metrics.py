@@ -82,7 +82,9 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
     # data plane
     "mode": frozenset({"read", "write"}),
     "how": frozenset({"released", "committed", "aborted", "expired"}),
-    "op": frozenset({"put", "get", "-", "lookup", "delete"}),
+    "op": frozenset({"put", "get", "-", "lookup", "delete", "create", "drop", "upsert", "search"}),
+    # vector index types
+    "index": frozenset({"FLAT", "HNSW", "IVF_PQ", "AUTO"}),
     "result": frozenset(
         {
             "ok",
@@ -383,6 +385,35 @@ class Metrics:
         )  # fmt: skip
         self.bulk_connections = Gauge(
             "tiermem_bulk_connections", "Bulk-channel connections open.", registry=r
+        )
+        # -- vectors (server/services/vectors.py) ----------------------------------
+        self.vector_ops = Counter(
+            "tiermem_vector_operations", "Vector service calls by operation.", ["op"],
+            registry=r,
+        )  # fmt: skip
+        self.vector_items = Counter(
+            "tiermem_vector_items", "Vectors upserted or deleted, and queries searched.", ["op"],
+            registry=r,
+        )  # fmt: skip
+        self.vector_loads = Counter(
+            "tiermem_vector_collection_loads", "Collections loaded from SSD.", registry=r
+        )
+        self.vector_load_seconds = Histogram(
+            "tiermem_vector_collection_load_seconds", "Time to load a collection from SSD.",
+            buckets=LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.vector_unloads = Counter(
+            "tiermem_vector_collection_unloads", "Collections unloaded to SSD.", registry=r
+        )
+        self.vector_snapshots = Counter(
+            "tiermem_vector_snapshots", "Collection snapshots written.", registry=r
+        )
+        self.vector_rebuilds = Counter(
+            "tiermem_vector_index_rebuilds", "Index rebuilds (compaction, upgrade) by kind built.",
+            ["index"], registry=r,
+        )  # fmt: skip
+        self.vector_memory_bytes = Gauge(
+            "tiermem_vector_memory_bytes", "Memory held by loaded collections.", registry=r
         )
 
         # -- agent memory: what the sessions and scratchpad add (issue 7) ----------------

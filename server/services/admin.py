@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tiermem import __version__
@@ -36,11 +37,17 @@ class StatsReport:
     cost: CostReport | None = None
 
 
+#: Usage held outside the object catalog: (tier, kind, objects, bytes) rows.
+UsageSource = Callable[[], list[tuple[Tier, Kind, int, int]]]
+
+
 class AdminService:
     def __init__(self, store: Store, placement: PlacementService) -> None:
         self.store = store
         self.placement = placement
         self._started = time.monotonic()
+        #: e.g. vector collections report their memory as VECTOR bytes on DRAM.
+        self.usage_sources: list[UsageSource] = []
 
     def stats(self) -> StatsReport:
         store = self.store
@@ -67,6 +74,12 @@ class AdminService:
                         by_kind,
                     )
                 )
+        for source in self.usage_sources:
+            for tier, kind, count, nbytes in source():
+                for report in reports:
+                    if report.tier == tier:
+                        old = report.by_kind.get(kind, (0, 0))
+                        report.by_kind[kind] = (old[0] + count, old[1] + nbytes)
         reports.sort(key=lambda r: r.tier)
         return StatsReport(
             __version__,

@@ -32,6 +32,10 @@ COLUMN_FAMILIES: dict[str, str] = {
     "sessions": "session id -> tiermem.v1.SessionRecord (agent sessions)",
     "session_ledger": "parent NUL u64-be seq -> tiermem.v1.LedgerRecord (context ledger)",
     "scratch": "b session NUL u64-be id -> batch; k session NUL key -> keyed record",
+    # -- vectors (server/vectors) --
+    "vec_collections": "namespace NUL name -> CollectionRecord (vector collections)",
+    "vec_log": "collection id u64 BE + seq u64 BE -> VectorLogEntry (operation log)",
+    "vec_payloads": "collection id u64 BE + vector id u64 BE -> VectorPayload",
 }
 
 
@@ -146,6 +150,10 @@ class Batch:
 
     def delete(self, cf: str, key: bytes) -> None:
         self.raw.delete(key, self._store._handles[cf])
+
+    def delete_range(self, cf: str, begin: bytes, end: bytes) -> None:
+        """Delete every key in ``[begin, end)`` of ``cf``."""
+        self.raw.delete_range(begin, end, self._store._handles[cf])
 
     def commit(self, *, sync: bool) -> None:
         self._store.write(self.raw, sync=sync)

@@ -97,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
             from tiermem.cli.cost import format_cost
 
             print(format_cost(client.stats()))
+        elif cmd == "vec":
+            from tiermem.cli import vectors
+
+            return vectors.run(args, client)
         elif cmd == "ns":
             if args.ns_command == "create":
                 created = client.create_namespace(args.name)

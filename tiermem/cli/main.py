@@ -119,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     from tiermem.cli.agent import add_parsers
 
     add_parsers(sub, _client_args)
+
+    from tiermem.cli import vectors
+
+    vectors.add_parser(sub, _client_args)
     return parser
 
 
