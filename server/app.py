@@ -38,6 +38,7 @@ from tiermem.server.embedding.base import make_embedder
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Tier
 from tiermem.server.operators.builtins import register_builtins
+from tiermem.server.operators.collections import CollectionIndexes
 from tiermem.server.operators.registry import OperatorRegistry
 from tiermem.server.operators.runner import OperatorRunner
 from tiermem.server.scratch.memory_index import FaissMemoryIndex
@@ -175,6 +176,9 @@ class Daemon:
             cfg.vectors, self.store, data_dir / "vectors", cfg.server.max_message_bytes - 65536
         )
         self.admin.usage_sources.append(self.vectors.usage)
+        # sessions free the collections they own; vector.topk searches collections too
+        self.sessions.cleanup.register_callable("vectors", self.vectors.drop_session)
+        self.operators.services["indexes"] = CollectionIndexes(self.memory_index, self.vectors)
         self._start_grpc()
         self._start_metrics()  # before recovery: tiermem_ready is 0 until it is done
         self.recovery = recover(catalog, ssd)
