@@ -6,6 +6,7 @@ This package never imports server code.
 """
 
 from tiermem.client.aio import AsyncClient
+from tiermem.client.blobs import BlobClient, BlobHit, BlobInfo, BlobStats, UploadStatus
 from tiermem.client.errors import (
     AlreadyExistsError,
     CapacityError,
@@ -54,6 +55,10 @@ __all__ = [
     "AccessHint",
     "AlreadyExistsError",
     "AsyncClient",
+    "BlobClient",
+    "BlobHit",
+    "BlobInfo",
+    "BlobStats",
     "CapacityError",
     "ChecksumError",
     "Client",
@@ -99,5 +104,6 @@ __all__ = [
     "TierStats",
     "TiermemClientError",
     "UnavailableError",
+    "UploadStatus",
     "VectorClient",
 ]

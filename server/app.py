@@ -25,6 +25,7 @@ from tiermem import __version__
 from tiermem.placement.access import AccessModel
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.agent import OperatorServicer, ScratchServicer, SessionServicer
+from tiermem.server.api.blobs import BlobServicer
 from tiermem.server.api.dataplane import DataPlaneServicer
 from tiermem.server.api.interceptor import ServerInterceptor
 from tiermem.server.api.kv import KvServicer
@@ -45,6 +46,7 @@ from tiermem.server.scratch.memory_index import FaissMemoryIndex
 from tiermem.server.scratch.service import ScratchService
 from tiermem.server.services.admin import AdminService
 from tiermem.server.services.background import BackgroundWorker
+from tiermem.server.services.blobs import BlobService
 from tiermem.server.services.expiry import Expirer
 from tiermem.server.services.kv import KvService
 from tiermem.server.services.migrator import Migrator
@@ -65,6 +67,8 @@ from tiermem.server.tiers.ssd import SsdEngine
 from tiermem.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    blobs_pb2,
+    blobs_pb2_grpc,
     dataplane_pb2,
     dataplane_pb2_grpc,
     kv_pb2,
@@ -95,6 +99,7 @@ SERVICE_NAMES = (
     kv_pb2.DESCRIPTOR.services_by_name["KvService"].full_name,
     placement_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name,
     vectors_pb2.DESCRIPTOR.services_by_name["VectorService"].full_name,
+    blobs_pb2.DESCRIPTOR.services_by_name["BlobService"].full_name,
 )
 
 
@@ -119,6 +124,7 @@ class Daemon:
         self.dataplane: DataPlane | None = None
         self._reaper: Periodic | None = None
         self._vectors_started = False
+        self._blobs_started = False
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -179,6 +185,17 @@ class Daemon:
         # sessions free the collections they own; vector.topk searches collections too
         self.sessions.cleanup.register_callable("vectors", self.vectors.drop_session)
         self.operators.services["indexes"] = CollectionIndexes(self.memory_index, self.vectors)
+        self.blobs = BlobService(
+            cfg.blobs,
+            self.objects,
+            data_dir,
+            self.metrics,
+            list_page_max=cfg.limits.list_page_max,
+            embedder=self.embedder,
+            sessions=self.sessions,
+        )
+        self.blobs.attach_dataplane(self.dataplane)
+        self.sessions.cleanup.register_callable("blobs", self.blobs.drop_session)
         self._start_grpc()
         self._start_metrics()  # before recovery: tiermem_ready is 0 until it is done
         self.recovery = recover(catalog, ssd)
@@ -189,6 +206,9 @@ class Daemon:
         self.vectors.open()
         self.vectors.start()
         self._vectors_started = True
+        if cfg.blobs.enabled:
+            self.blobs.open()
+            self._blobs_started = True
         self.metrics.watch_state(self.admin.usage_snapshot)
         self.dataplane.start()
         self._background = BackgroundWorker(
@@ -292,6 +312,10 @@ class Daemon:
             vectors_pb2_grpc.add_VectorServiceServicer_to_server(
                 VectorServicer(self.vectors), server
             )
+        if self.config.blobs.enabled:
+            blobs_pb2_grpc.add_BlobServiceServicer_to_server(
+                BlobServicer(self.blobs, cfg.chunk_bytes), server
+            )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -361,6 +385,8 @@ class Daemon:
             self.operators.close()
         if self._vectors_started:
             self.vectors.close()
+        if self._blobs_started:
+            self.blobs.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

@@ -79,6 +79,8 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
             "PARENT_CLOSED",
         }
     ),
+    # blobs
+    "store": frozenset({"files", "lance", "inline", "cache"}),
     # data plane
     "mode": frozenset({"read", "write"}),
     "how": frozenset({"released", "committed", "aborted", "expired"}),
@@ -97,6 +99,7 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
             "deleted",
             "done",
             "skipped",
+            "deduplicated",
         }
     ),
     # placement
@@ -460,6 +463,43 @@ class Metrics:
         self.placement_dropped_promotions = Counter(
             "tiermem_placement_dropped_promotions",
             "Promotions dropped because the queue was full.", registry=r,
+        )  # fmt: skip
+
+        # -- blobs (server/services/blobs.py) -----------------------------------------
+        # (corrupted stored blocks count in tiermem_checksum_failures{where="ssd"},
+        #  hash mismatches on upload in where="upload")
+        self.blob_bytes = Counter(
+            "tiermem_blob_bytes", "Blob bytes moved per data path and direction "
+            "(in: uploaded, out: downloaded).", ["path", "direction"], registry=r,
+        )  # fmt: skip
+        self.blob_reads = Counter(
+            "tiermem_blob_reads", "Blob downloads by where the bytes came from "
+            "(files/lance/inline payload, or the DRAM hot cache).", ["store"], registry=r,
+        )  # fmt: skip
+        self.blob_ops = Counter(
+            "tiermem_blob_operations", "Blob operations (put, delete, search) by result "
+            "(stored, deduplicated, deleted, failed, found, missing).",
+            ["op", "result"], registry=r,
+        )  # fmt: skip
+        self.blob_cache_fills = Counter(
+            "tiermem_blob_cache_fills", "Blob contents copied into the DRAM hot cache.",
+            registry=r,
+        )  # fmt: skip
+        self.blobs = Gauge("tiermem_blobs", "Blobs stored.", registry=r)
+        self.blob_logical_bytes = Gauge(
+            "tiermem_blob_logical_bytes", "Sum of the sizes of stored blobs.", registry=r
+        )
+        self.blob_stored_bytes = Gauge(
+            "tiermem_blob_stored_bytes",
+            "Bytes of distinct blob contents stored (each once: logical/stored = dedup ratio).",
+            registry=r,
+        )  # fmt: skip
+        self.blob_uploads_active = Gauge(
+            "tiermem_blob_uploads_active", "Blob uploads in progress.", registry=r
+        )
+        self.blob_index_pending = Gauge(
+            "tiermem_blob_index_pending",
+            "Blob changes not yet written to the LanceDB search tables.", registry=r,
         )  # fmt: skip
 
     def count_read(self, kind: str, served_by: str | None, tiers: Sequence[str]) -> None:
