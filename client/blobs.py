@@ -266,6 +266,7 @@ class _Sink:
         self._file: BinaryIO | None = None
         self._buf: bytearray | None = None
         self._start = 0
+        self.written = 0
         if dest is None:
             self._buf = bytearray()
         elif isinstance(dest, str | os.PathLike):
@@ -277,6 +278,7 @@ class _Sink:
             self._start = dest.tell() if _seekable(dest) else -1
 
     def write(self, view: memoryview) -> None:
+        self.written += len(view)
         if self._buf is not None:
             self._buf += view
         elif self._file is not None:
@@ -284,6 +286,9 @@ class _Sink:
 
     def rewind(self) -> None:
         """Forget what was written (a path switch after a partial transfer)."""
+        if not self.written:
+            return
+        self.written = 0
         if self._buf is not None:
             self._buf.clear()
         elif self._file is not None:

@@ -74,6 +74,7 @@ class FileReader:
             self._fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             raise Corrupted(f"payload file {path.name} is missing") from None
+        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)  # larger kernel read-ahead
         self.path = path
         self._size = size
 

@@ -8,12 +8,15 @@ yields views of the verified bytes. A block that does not match raises
 ``on_damage`` so the content is marked damaged (the next upload of the same
 bytes repairs it).
 
-Two buffers are used in turn, so a yielded view stays valid until the
-iteration after next (a consumer sending one view while the next is read).
+A yielded view stays valid until the caller asks for the next one. Long
+ranges are read ahead by a thread (``READ_AHEAD_UNITS`` units), so the disk
+keeps reading while the caller sends.
 """
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -22,6 +25,9 @@ import xxhash
 from tiermem.server.blobs.blocks import AlignedRange, block_sum
 from tiermem.server.blobs.payloads import PayloadReader
 from tiermem.server.errors import Corrupted
+
+#: Read units a long range is read ahead of the one being sent.
+READ_AHEAD_UNITS = 2
 
 
 class VerifiedReader:
@@ -44,33 +50,70 @@ class VerifiedReader:
         self._on_damage = on_damage
 
     def views(self) -> Iterator[memoryview]:
-        """Verified views of the aligned range, in order."""
-        rng, block = self._rng, self._block
+        """Verified views of the aligned range, in order. Ranges of more than two
+        read units are read ahead by a thread (the next units are read and
+        checked while the caller sends the current one)."""
+        rng = self._rng
         unit = min(self._unit, max(rng.aligned_length, 1))
-        buffers = [np.empty(unit, dtype=np.uint8).data, None]
-        pos, end = rng.aligned_offset, rng.aligned_offset + rng.aligned_length
-        turn = 0
-        while pos < end:
-            n = min(unit, end - pos)
-            buf = buffers[turn]
-            if buf is None:
-                buf = buffers[turn] = np.empty(unit, dtype=np.uint8).data
-            view = buf[:n]
-            self._payload.readinto(pos, view)
-            for start in range(0, n, block):
-                index = (pos + start) // block
-                piece = view[start : start + block]
-                if xxhash.xxh3_64_intdigest(piece) != block_sum(self._sums, index):
-                    self._on_damage(index)
-                    lo = pos + start
-                    raise Corrupted(
-                        f"{self._what}: block {index} (bytes {lo}..{lo + len(piece)}) failed "
-                        "its checksum; the stored copy is damaged and is not served. "
-                        "Upload the same bytes again to repair it"
-                    )
-            yield view
-            pos += n
-            turn ^= 1
+        end = rng.aligned_offset + rng.aligned_length
+        spans = [(pos, min(unit, end - pos)) for pos in range(rng.aligned_offset, end, unit)]
+        if len(spans) <= 2:
+            buffers = [np.empty(unit, dtype=np.uint8).data for _ in spans]
+            for (pos, n), buf in zip(spans, buffers, strict=True):
+                yield self._read(pos, buf[:n])
+            return
+        yield from self._read_ahead(spans, unit)
+
+    def _read(self, pos: int, view: memoryview) -> memoryview:
+        self._payload.readinto(pos, view)
+        block = self._block
+        for start in range(0, len(view), block):
+            index = (pos + start) // block
+            piece = view[start : start + block]
+            if xxhash.xxh3_64_intdigest(piece) != block_sum(self._sums, index):
+                self._on_damage(index)
+                lo = pos + start
+                raise Corrupted(
+                    f"{self._what}: block {index} (bytes {lo}..{lo + len(piece)}) failed "
+                    "its checksum; the stored copy is damaged and is not served. "
+                    "Upload the same bytes again to repair it"
+                )
+        return view
+
+    def _read_ahead(self, spans: list[tuple[int, int]], unit: int) -> Iterator[memoryview]:
+        free: queue.Queue[memoryview] = queue.Queue()
+        for _ in range(READ_AHEAD_UNITS + 1):
+            free.put(np.empty(unit, dtype=np.uint8).data)
+        ready: queue.Queue[tuple[memoryview, memoryview] | BaseException | None] = queue.Queue()
+        stop = threading.Event()
+
+        def produce() -> None:
+            try:
+                for pos, n in spans:
+                    buf = free.get()
+                    if stop.is_set():
+                        return
+                    ready.put((self._read(pos, buf[:n]), buf))
+                ready.put(None)
+            except BaseException as exc:  # handed to the consumer
+                ready.put(exc)
+
+        thread = threading.Thread(target=produce, name="tiermem-blob-read", daemon=True)
+        thread.start()
+        try:
+            while True:
+                item = ready.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                view, buf = item
+                yield view
+                free.put(buf)
+        finally:
+            stop.set()
+            free.put(memoryview(b""))  # wakes a producer waiting for a buffer
+            thread.join()
 
     def close(self) -> None:
         self._payload.close()

@@ -25,9 +25,12 @@ remembered (bounded) so a late call learns why the id is gone.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import logging
 import os
+import queue
 import secrets
 import threading
 import time
@@ -38,7 +41,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tiermem.server.blobs.catalog import now_ms
-from tiermem.server.blobs.hashing import ContentHasher
+from tiermem.server.blobs.hashing import ContentHasher, HashPipe
 from tiermem.server.dataplane.transfers import TransferBroken
 from tiermem.server.errors import (
     CapacityExceeded,
@@ -57,6 +60,12 @@ BUSY_WAIT_S = 5.0
 #: Ended upload ids remembered for a clear answer.
 REMEMBERED_IDS = 8192
 READ_BACK_BYTES = 8 << 20
+#: Writeback of received bytes is started every this many bytes (so the disk
+#: writes while the transfer goes on, and the final fsync has little left).
+WRITEBACK_BYTES = 8 << 20
+_SYNC_FILE_RANGE_WRITE = 2
+#: Buffers a bulk upload receives into while earlier ones are hashed.
+RECEIVE_BUFFERS = 4
 ID_BYTES = 16
 
 
@@ -80,9 +89,11 @@ class Upload:
     touched: float  # time.monotonic() of the last activity
     received: int = 0
     durable: int = 0
+    flushed: int = 0  # bytes whose writeback was started
     fd: int = -1
     head: bytearray = field(default_factory=bytearray)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    pipe: HashPipe | None = None  # while a stream writes: hashing on a worker thread
     _hasher: ContentHasher | None = None
 
     @property
@@ -129,13 +140,21 @@ class Upload:
             self._hasher = hasher
         return self._hasher
 
+    def hashed(self) -> ContentHasher:
+        """The hasher once every byte written so far is hashed."""
+        if self.pipe is not None:
+            self.pipe.drain()
+        return self.hasher()
+
     def _keep_head(self, offset: int, data: memoryview) -> None:
         if offset < self.head_max_bytes and offset == len(self.head):
             self.head += data[: self.head_max_bytes - offset]
 
-    def write(self, data: memoryview) -> None:
-        """Append ``data`` at ``received``: written, hashed. Raises InvalidArgument
-        (and stores nothing of it) if it runs past the announced size."""
+    def write(self, data: memoryview, done: Callable[[], None] | None = None) -> None:
+        """Append ``data`` at ``received``: written, then hashed (by the pipe's
+        worker while a stream writes: ``data`` must stay unchanged until ``done``
+        runs). Raises InvalidArgument (storing nothing of it) if it runs past the
+        announced size."""
         n = len(data)
         if self.received + n > self.size:
             raise InvalidArgument(
@@ -144,12 +163,20 @@ class Upload:
             )
         hasher = self.hasher()
         self.open()
-        done = 0
-        while done < n:
-            done += os.pwrite(self.fd, data[done:], self.received + done)
-        hasher.update(data)
+        written = 0
+        while written < n:
+            written += os.pwrite(self.fd, data[written:], self.received + written)
         self._keep_head(self.received, data)
         self.received += n
+        if self.received - self.flushed >= WRITEBACK_BYTES:
+            start_writeback(self.fd, self.flushed, self.received - self.flushed)
+            self.flushed = self.received
+        if self.pipe is not None:
+            self.pipe.submit(data, done)
+            return
+        hasher.update(data)
+        if done is not None:
+            done()
 
 
 class UploadTable:
@@ -244,6 +271,7 @@ class UploadTable:
             time.monotonic(),
             received=int(record.durable_offset),
             durable=int(record.durable_offset),
+            flushed=int(record.durable_offset),
         )
         with self._lock:
             self._uploads[upload.upload_id] = upload
@@ -281,9 +309,16 @@ class UploadTable:
             if self.get(upload_id, caller) is not upload:
                 raise NotFound(f"upload {upload_id} ended meanwhile")
             upload.touched = time.monotonic()
+            upload.pipe = HashPipe(upload.hasher())
             yield upload
         finally:
             try:
+                pipe, upload.pipe = upload.pipe, None
+                if pipe is not None:
+                    try:
+                        pipe.drain()
+                    finally:
+                        pipe.close()
                 if upload.fd >= 0 and upload.received != upload.durable:
                     self.checkpoint(upload)
             finally:
@@ -299,28 +334,36 @@ class UploadTable:
             )
 
     # -- writing ----------------------------------------------------------------------
-    def write(self, upload: Upload, data: memoryview) -> None:
-        upload.write(data)
+    def write(
+        self, upload: Upload, data: memoryview, done: Callable[[], None] | None = None
+    ) -> None:
+        upload.write(data, done)
         if upload.received - upload.durable >= self._checkpoint:
             self.checkpoint(upload)
 
-    def receive(self, upload: Upload, channel: Channel, nbytes: int, buffer: memoryview) -> None:
-        """Write ``nbytes`` read from a bulk connection (through ``buffer``)."""
+    def receive(self, upload: Upload, channel: Channel, nbytes: int, unit_bytes: int) -> None:
+        """Write ``nbytes`` read from a bulk connection, through a few buffers of
+        ``unit_bytes`` that the hashing worker gives back as it goes."""
+        unit = max(1, min(unit_bytes, nbytes))
+        free: queue.Queue[memoryview] = queue.Queue()
+        for _ in range(RECEIVE_BUFFERS):
+            free.put(memoryview(bytearray(unit)))
         end = upload.received + nbytes
         while upload.received < end:
-            want = min(len(buffer), end - upload.received)
+            buffer = free.get()
+            want = min(unit, end - upload.received)
             got = 0
             while got < want:
                 n = channel.recv_into(buffer[got:want], want - got)
                 if n == 0:
                     if got:
-                        self.write(upload, buffer[:got])
+                        self.write(upload, buffer[:got], functools.partial(free.put, buffer))
                     raise ConnectionEnded(
                         f"the bulk connection ended after {upload.received} of {upload.size} "
                         f"bytes of upload {upload.upload_id}; resume from acknowledged_offset"
                     )
                 got += n
-            self.write(upload, buffer[:want])
+            self.write(upload, buffer[:want], functools.partial(free.put, buffer))
 
     def checkpoint(self, upload: Upload) -> None:
         """Make everything received durable and record the acknowledged offset."""
@@ -380,6 +423,26 @@ class UploadTable:
             uploads = list(self._uploads.values())
         for upload in uploads:
             upload.close()
+
+
+def _libc_sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return fn
+
+
+_sync_file_range = _libc_sync_file_range()
+
+
+def start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing a range to disk now, without waiting
+    (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``; a no-op elsewhere)."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
 
 
 def _preallocate(fd: int, size: int) -> None:

@@ -413,12 +413,7 @@ class BlobService:
                 self.uploads.resume_at(up, offset)
                 start = up.received
                 try:
-                    self.uploads.receive(
-                        up,
-                        channel,
-                        nbytes,
-                        memoryview(bytearray(min(BULK_BUFFER_BYTES, max(nbytes, 1)))),
-                    )
+                    self.uploads.receive(up, channel, nbytes, BULK_BUFFER_BYTES)
                 finally:
                     self.metrics.blob_bytes.labels("bulk", "in").inc(up.received - start)
 
@@ -448,7 +443,7 @@ class BlobService:
                     f"upload {upload_id} has {upload.received} of {upload.size} bytes; "
                     "send the rest before finishing"
                 )
-            digest, sums = upload.hasher().finish()
+            digest, sums = upload.hashed().finish()
             spec = checked_spec(spec_from_proto(upload.header), self.config)
             try:
                 self._check_hash(spec, digest, sha256, upload_id)
