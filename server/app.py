@@ -11,6 +11,7 @@ background work, sync and close storage.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -21,8 +22,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
+from tiermem.server.api.access import AccessInterceptor
 from tiermem.server.api.admin import AdminServicer
+from tiermem.server.api.integrity import IntegrityServicer
 from tiermem.server.api.interceptor import ServerInterceptor
+from tiermem.server.api.listeners import bind_unix_socket, server_credentials
 from tiermem.server.api.objects import ObjectServicer
 from tiermem.server.catalog.catalog import Catalog
 from tiermem.server.config import Config
@@ -31,6 +35,7 @@ from tiermem.server.model import Tier
 from tiermem.server.services.admin import AdminService
 from tiermem.server.services.background import BackgroundWorker
 from tiermem.server.services.expiry import Expirer
+from tiermem.server.services.integrity import IntegrityService
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.objects import ObjectService
 from tiermem.server.services.recovery import RecoveryReport, recover
@@ -40,13 +45,21 @@ from tiermem.server.tiers.base import MemoryTierEngine
 from tiermem.server.tiers.dram import DramEngine
 from tiermem.server.tiers.hbm import HbmEngine
 from tiermem.server.tiers.ssd import SsdEngine
-from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
+from tiermem.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
+    integrity_pb2,
+    integrity_pb2_grpc,
+    object_pb2,
+    object_pb2_grpc,
+)
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAMES = (
     object_pb2.DESCRIPTOR.services_by_name["ObjectService"].full_name,
     admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
+    integrity_pb2.DESCRIPTOR.services_by_name["IntegrityService"].full_name,
 )
 
 
@@ -57,6 +70,7 @@ class Daemon:
         self.config = config
         self.metrics = Metrics(registry)
         self.address = ""
+        self.unix_address = ""
         self.metrics_address = ""
         self.recovery: RecoveryReport | None = None
         self._ready = threading.Event()
@@ -96,8 +110,9 @@ class Daemon:
         self.objects = ObjectService(self.store, self.mover)
         self.admin = AdminService(self.store)
         self.expirer = Expirer(self.store)
+        self.integrity = IntegrityService(self.store)
         self._start_grpc()
-        self.recovery = recover(catalog, ssd)
+        self.recovery = recover(catalog, ssd, self.store.damage)
         self.metrics.recovery_seconds.set(self.recovery.seconds)
         for name in cfg.namespaces:
             catalog.ensure_namespace(name)
@@ -121,7 +136,10 @@ class Daemon:
         ]
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="rpc"),
-            interceptors=[ServerInterceptor(self.metrics, self._ready)],
+            interceptors=[
+                ServerInterceptor(self.metrics, self._ready),
+                AccessInterceptor(self.config.security, self.config.limits, self.metrics),
+            ],
             options=options,
             maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
         )
@@ -129,6 +147,9 @@ class Daemon:
             ObjectServicer(self.objects, cfg.chunk_bytes), server
         )
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(self.admin), server)
+        integrity_pb2_grpc.add_IntegrityServiceServicer_to_server(
+            IntegrityServicer(self.integrity), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -136,11 +157,26 @@ class Daemon:
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
         host, _, port = cfg.listen.rpartition(":")
-        bound = server.add_insecure_port(cfg.listen)
+        credentials = server_credentials(self.config.security.tls)
+        if credentials is None:
+            bound = server.add_insecure_port(cfg.listen)
+        else:
+            bound = server.add_secure_port(cfg.listen, credentials)
         if bound == 0:
             raise OSError(f"cannot listen on {cfg.listen}")
         self.address = f"{host}:{bound}" if port == "0" else cfg.listen
-        server.start()
+        # The socket file is created with no permissions beyond the configured
+        # mode (umask during bind), then set to exactly that mode.
+        umask = os.umask(0o777 & ~cfg.unix_socket_mode) if cfg.unix_socket else None
+        try:
+            if cfg.unix_socket:
+                self.unix_address = bind_unix_socket(server, cfg.unix_socket)
+            server.start()
+        finally:
+            if umask is not None:
+                os.umask(umask)
+        if cfg.unix_socket:
+            os.chmod(cfg.unix_socket, cfg.unix_socket_mode)
         self._server = server
 
     def _start_metrics(self) -> None:

@@ -119,6 +119,26 @@ class Metrics:
             "tiermem_recovery_seconds", "Time the last start-up recovery took.", registry=r
         )
 
+        # -- reliability and security: damage, limits, auth -------------------------
+        self.damaged_objects = Gauge(
+            "tiermem_damaged_objects",
+            "Objects whose stored bytes are known damaged (served as DATA_LOSS; see fsck).",
+            registry=r,
+        )
+        self.limit_rejections = Counter(
+            "tiermem_limit_rejections", "Requests refused by a limit or quota, by limit.",
+            ["limit"], registry=r,
+        )  # fmt: skip
+        self.auth_failures = Counter(
+            "tiermem_auth_failures", "Requests refused by authentication or authorization.",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.inflight_bytes = Gauge(
+            "tiermem_inflight_bytes",
+            "Bytes held by requests in progress (against limits.max_inflight_bytes).",
+            registry=r,
+        )
+
     def watch_state(self, snapshot: Callable[[], TierUsage]) -> None:
         """Register the scrape-time collector of tier and object gauges."""
         self.registry.register(_StateCollector(snapshot))

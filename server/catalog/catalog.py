@@ -92,6 +92,8 @@ class Catalog:
         #: demote it); bounded by what fits in those tiers.
         self.resident_keys: dict[int, bytes] = {}
         self.namespaces: dict[str, int] = {}
+        #: [namespace id] -> (objects, bytes) of live objects: quotas read it.
+        self.ns_usage = np.zeros((1 << 16, 2), dtype=np.int64)
         for name, raw in rocks.scan("namespaces"):
             self.namespaces[name.decode()] = int.from_bytes(raw[:2], "little")
 
@@ -122,6 +124,14 @@ class Catalog:
                 "or list it under `namespaces` in the config"
             )
         return ns_id
+
+    def namespace_usage(self, name: str) -> tuple[int, int]:
+        """(objects, bytes) the namespace holds now (0, 0 if unknown)."""
+        ns_id = self.namespaces.get(name)
+        if ns_id is None:
+            return 0, 0
+        objects, nbytes = self.ns_usage[ns_id]
+        return int(objects), int(nbytes)
 
     # -- rows -------------------------------------------------------------------
     def find(self, encoded_key: bytes) -> Entry | None:
@@ -154,9 +164,14 @@ class Catalog:
         seg_off: int,
     ) -> int:
         row = self.index.find(encoded_key)
+        c = self.index.cols
+        ns_id = self.namespaces.get(meta.key.namespace, 0)
         if row is None:
             row = self.index.insert(encoded_key)
-        c = self.index.cols
+            self.ns_usage[ns_id, 0] += 1
+        else:
+            self.ns_usage[ns_id, 1] -= int(c["size"][row])
+        self.ns_usage[ns_id, 1] += meta.size_bytes
         flags = int(c["flags"][row]) & 1  # keep FLAG_LIVE
         if meta.durable:
             flags |= FLAG_DURABLE
@@ -164,7 +179,7 @@ class Catalog:
             flags |= FLAG_PINNED
         c["flags"][row] = flags
         c["kind"][row] = int(meta.key.kind)
-        c["ns"][row] = self.namespaces.get(meta.key.namespace, 0)
+        c["ns"][row] = ns_id
         c["size"][row] = meta.size_bytes
         c["checksum"][row] = meta.checksum
         c["expires"][row] = meta.expires_unix_ms
@@ -195,6 +210,10 @@ class Catalog:
 
     def remove_row(self, encoded_key: bytes) -> None:
         row = self.index.remove(encoded_key)
+        c = self.index.cols
+        ns_id = int(c["ns"][row])
+        self.ns_usage[ns_id, 0] -= 1
+        self.ns_usage[ns_id, 1] -= int(c["size"][row])
         self.resident_keys.pop(row, None)
 
     # -- records ----------------------------------------------------------------

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from tiermem import __version__
 from tiermem.server.metrics import TierUsage
 from tiermem.server.model import Kind, Tier
+from tiermem.server.services.guard import Role
 from tiermem.server.services.store import Store
 
 
@@ -77,9 +78,12 @@ class AdminService:
         return snap
 
     def create_namespace(self, name: str) -> bool:
+        self.store.guard.require(Role.ADMIN)
         with self.store.lock:
             return self.store.catalog.ensure_namespace(name)
 
     def list_namespaces(self) -> list[str]:
+        """The namespaces the caller is granted (others are not revealed)."""
+        guard = self.store.guard
         with self.store.lock:
-            return sorted(self.store.catalog.namespaces)
+            return sorted(n for n in self.store.catalog.namespaces if guard.visible(n))

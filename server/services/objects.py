@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import logging
 import threading
 import time
@@ -47,6 +48,7 @@ from tiermem.server.model import (
     validate_namespace,
     validate_session,
 )
+from tiermem.server.services.guard import Role, Ticket
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.store import Store, ValueRead
 from tiermem.server.tiers.base import Reservation
@@ -79,9 +81,11 @@ class ObjectRead:
     meta: ObjectMeta
     view: memoryview
     _value: ValueRead
+    _ticket: Ticket
 
     def release(self) -> None:
         self._value.release()
+        self._ticket.release()
 
     def chunks(self, chunk_bytes: int) -> Iterator[bytes]:
         """The range as ``bytes`` chunks (copies, so the lease can end early)."""
@@ -103,7 +107,8 @@ class ObjectService:
         return self._pressure
 
     # -- put ----------------------------------------------------------------------
-    def validate(self, spec: PutSpec) -> None:
+    def validate(self, spec: PutSpec) -> Entry | None:
+        """Check a put before any byte arrives; returns the entry it would replace."""
         limit = self.store.config.limits.max_object_bytes
         if spec.size_bytes > limit:
             raise InvalidArgument(
@@ -116,18 +121,39 @@ class ObjectService:
             raise InvalidArgument("preferred_tier REMOTE is not available on this daemon")
         if spec.checksum is not None and spec.checksum[0] not in (CHECKSUM_XXH3_64, CHECKSUM_CRC32):
             raise InvalidArgument(f"unknown checksum algorithm {spec.checksum[0]}")
+        self.store.guard.authorize(spec.key.namespace, Role.WRITE)
         with self.store.lock:
             self.catalog.namespace_id(spec.key.namespace)
-            if spec.if_absent and self.catalog.find(spec.key.encode()) is not None:
+            old = self.catalog.find(spec.key.encode())
+            if spec.if_absent and old is not None:
                 raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
+        return old
 
     def put(self, spec: PutSpec, chunks: Iterable[bytes | memoryview]) -> ObjectMeta:
-        """Store an object from its byte chunks; returns its metadata once committed."""
-        self.validate(spec)
+        """Store an object from its byte chunks; returns its metadata once committed.
+
+        Durability on return: a DURABLE object (and a put that replaced one) is on
+        stable storage when ``tiers.ssd.fsync`` is set: segment bytes fdatasynced,
+        catalog WAL synced. A CACHE object survives a process crash only if it
+        was written to SSD; see docs/reliability.md."""
+        old = self.validate(spec)
         profile = spec.profile.resolved(spec.key.kind)
         durable = profile.durability == Durability.DURABLE
         if durable and not self.store.config.tiers.ssd.enabled:
             raise FailedPrecondition("DURABLE objects need the SSD tier, which is disabled")
+        with self.store.guard.admit(
+            spec.key.namespace,
+            Role.WRITE,
+            put_bytes=spec.size_bytes,
+            replaced_bytes=old.size if old is not None else 0,
+            new_objects=0 if old is not None else 1,
+            session=spec.session,
+        ):
+            return self._put(spec, profile, durable, chunks)
+
+    def _put(
+        self, spec: PutSpec, profile: Profile, durable: bool, chunks: Iterable[bytes | memoryview]
+    ) -> ObjectMeta:
         reservation = self._reserve(spec.size_bytes, profile)
         ssd_copy: SsdCopy | None = None
         location: int | None = None
@@ -136,9 +162,12 @@ class ObjectService:
             checksum = self._receive(spec, chunks, reservation.buffer)
             if reservation.tier == Tier.SSD or durable:
                 ssd_copy = self._write_ssd(encoded, reservation.buffer, checksum, durable)
+                self.store.faults.point("put.after_ssd_write")
             if reservation.tier in self.store.memory:
                 location = self.store.memory[reservation.tier].commit(reservation)
-            meta = self._commit(spec, profile, encoded, checksum, reservation, location, ssd_copy)
+            meta, replaced_durable = self._commit(
+                spec, profile, encoded, checksum, reservation, location, ssd_copy
+            )
         except BaseException:
             if location is not None:
                 self.store.memory[reservation.tier].free(location, reservation.size)
@@ -147,7 +176,8 @@ class ObjectService:
             if ssd_copy is not None:
                 self.store.ssd.discard(encoded, ssd_copy)
             raise
-        if durable and self.store.config.tiers.ssd.fsync:
+        self.store.faults.point("put.after_commit")
+        if (durable or replaced_durable) and self.store.config.tiers.ssd.fsync:
             self.store.catalog.rocks.flush()  # group commit: syncs the WAL up to our batch
         self.store.metrics.data_bytes.labels("grpc", "in").inc(spec.size_bytes)
         return meta
@@ -189,7 +219,9 @@ class ObjectService:
         crc = 0
         want_crc = spec.checksum is not None and spec.checksum[0] == CHECKSUM_CRC32
         pos = 0
+        check_deadline = self.store.guard.check_deadline
         for chunk in chunks:
+            check_deadline("the put stream")
             n = len(chunk)
             if pos + n > size:
                 raise InvalidArgument(
@@ -230,7 +262,9 @@ class ObjectService:
         reservation: Reservation,
         location: int | None,
         ssd_copy: SsdCopy | None,
-    ) -> ObjectMeta:
+    ) -> tuple[ObjectMeta, bool]:
+        """Make the object visible; returns its metadata and whether it replaced a
+        DURABLE object (whose removal must then be synced too)."""
         now_ms = int(time.time() * 1000)
         meta = ObjectMeta(
             key=spec.key,
@@ -276,13 +310,24 @@ class ObjectService:
                 seg=seg,
                 seg_off=seg_off,
             )
-            if old is not None and old.tier in store.memory:
-                store.leases.free(old.tier, old.loc, old.size)
-        return meta
+            if old is not None:
+                store.damage.discard(encoded)
+                if old.tier in store.memory:
+                    store.leases.free(old.tier, old.loc, old.size)
+        return meta, old is not None and old.durable
 
     # -- get / stat ---------------------------------------------------------------------
     def read(self, key: ObjectKey, offset: int = 0, length: int = 0) -> ObjectRead:
-        """Open an object for reading ``[offset, offset+length)`` (length 0 = to the end)."""
+        """Open an object for reading ``[offset, offset+length)`` (length 0 = to the end).
+        The caller must ``release()`` the result."""
+        ticket = self.store.guard.admit(key.namespace, Role.READ)
+        try:
+            return self._read(key, offset, length, ticket)
+        except BaseException:
+            ticket.release()
+            raise
+
+    def _read(self, key: ObjectKey, offset: int, length: int, ticket: Ticket) -> ObjectRead:
         encoded = key.encode()
         metas: list[ObjectMeta] = []
 
@@ -303,7 +348,7 @@ class ObjectService:
             raise OutOfRange(
                 f"range [{offset}, {end}) is outside object {key} of {meta.size_bytes} bytes"
             )
-        return ObjectRead(meta, value.view[offset:end], value)
+        return ObjectRead(meta, value.view[offset:end], value, ticket)
 
     def get_bytes(self, key: ObjectKey) -> tuple[ObjectMeta, bytes]:
         reader = self.read(key)
@@ -314,7 +359,7 @@ class ObjectService:
 
     def stat(self, key: ObjectKey) -> ObjectMeta:
         encoded = key.encode()
-        with self.store.lock:
+        with self.store.guard.admit(key.namespace, Role.READ), self.store.lock:
             entry = self.catalog.find(encoded)
             if entry is None:
                 raise NotFound(f"object {key} not found")
@@ -324,11 +369,13 @@ class ObjectService:
     def delete(self, key: ObjectKey) -> int | None:
         """Delete an object; returns the bytes freed, or None if it did not exist."""
         encoded = key.encode()
-        with self.store.lock:
-            entry = self.catalog.find(encoded)
-            if entry is None:
-                return None
-            freed = self.store.remove_locked(encoded, entry)
+        with self.store.guard.admit(key.namespace, Role.WRITE):
+            with self.store.lock:
+                entry = self.catalog.find(encoded)
+                if entry is None:
+                    return None
+                freed = self.store.remove_locked(encoded, entry)
+            self.store.faults.point("delete.after_commit")
         if entry.durable and self.store.config.tiers.ssd.fsync:
             self.catalog.rocks.flush()
         return freed
@@ -344,6 +391,19 @@ class ObjectService:
         page_token: str,
     ) -> tuple[list[ObjectMeta], str]:
         validate_namespace(namespace)
+        with self.store.guard.admit(namespace, Role.READ):
+            return self._list(namespace, kind, prefix, session, page_size, page_token)
+
+    def _list(
+        self,
+        namespace: str,
+        kind: Kind | None,
+        prefix: str,
+        session: str,
+        page_size: int,
+        page_token: str,
+    ) -> tuple[builtins.list[ObjectMeta], str]:
+        check_deadline = self.store.guard.check_deadline
         limit = self.store.config.limits.list_page_max
         if page_size > limit:
             raise InvalidArgument(f"page_size {page_size} exceeds the limit of {limit}")
@@ -352,12 +412,13 @@ class ObjectService:
         with self.store.lock:
             self.catalog.namespace_id(namespace)
         scope = key_prefix(namespace, kind, prefix)
-        out: list[ObjectMeta] = []
+        out: builtins.list[ObjectMeta] = []
         last = b""
         if session:
             keys = (k for k in self.catalog.session_keys(session, _session_start(session, start)))
             candidates = (k for k in keys if k.startswith(scope) and (start is None or k > start))
             for encoded in candidates:
+                check_deadline("the listing")
                 with self.store.lock:
                     entry = self.catalog.find(encoded)
                     rec = self.catalog.record(encoded) if entry is not None else None
@@ -371,6 +432,7 @@ class ObjectService:
             for encoded, rec in self.catalog.scan_records(scope, start):
                 if start is not None and encoded <= start:
                     continue
+                check_deadline("the listing")
                 with self.store.lock:
                     entry = self.catalog.find(encoded)
                     if entry is None:

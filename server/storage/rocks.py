@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from rocksdict import (
     AccessType,
     DBCompressionType,
+    DBRecoveryMode,
     Options,
     Rdict,
     ReadOptions,
     WriteBatch,
     WriteOptions,
 )
+
+from tiermem.server.errors import Corrupted
 
 #: Column families and what they hold.
 COLUMN_FAMILIES: dict[str, str] = {
@@ -39,7 +43,27 @@ def _options() -> Options:
     opts.set_compression_type(DBCompressionType.lz4())
     opts.set_max_background_jobs(2)
     opts.set_keep_log_file_num(3)
+    # A torn WAL tail (a crash mid-append) is cut off at the last whole record:
+    # only writes that were never acknowledged as durable can be in it. Corruption
+    # before the tail also stops replay there (RocksDB's kPointInTimeRecovery);
+    # recovery then reports what is missing instead of refusing to start.
+    opts.set_wal_recovery_mode(DBRecoveryMode.point_in_time())
+    opts.set_paranoid_checks(True)
     return opts
+
+
+def _is_corruption(exc: Exception) -> bool:
+    return str(exc).startswith("Corruption")
+
+
+@dataclass(slots=True)
+class ScanGap:
+    """A key range a salvage scan could not read: keys after ``after`` (exclusive,
+    b"" = from the start) and before ``before`` (exclusive, None = to the end)."""
+
+    after: bytes
+    before: bytes | None
+    error: str
 
 
 class RocksStore:
@@ -50,8 +74,19 @@ class RocksStore:
     survives a process crash (the WAL is in the OS page cache) but not power loss.
     """
 
-    def __init__(self, path: Path, extra_column_families: tuple[str, ...] = ()) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+    def __init__(
+        self,
+        path: Path,
+        extra_column_families: tuple[str, ...] = (),
+        *,
+        read_only: bool = False,
+    ) -> None:
+        """``read_only`` opens without taking RocksDB's lock (offline fsck next to
+        a running daemon sees the state as of the open)."""
+        if not read_only:
+            path.mkdir(parents=True, exist_ok=True)
+        elif not (path / "CURRENT").is_file():
+            raise FileNotFoundError(f"no catalog at {path}")
         self._path = path
         names = list(COLUMN_FAMILIES) + list(extra_column_families)
         opts = _options()
@@ -59,7 +94,7 @@ class RocksStore:
             str(path),
             options=opts,
             column_families={name: _options() for name in names},
-            access_type=AccessType.read_write(),
+            access_type=AccessType.read_only() if read_only else AccessType.read_write(),
         )
         self._cfs = {name: self._db.get_column_family(name) for name in names}
         self._handles = {name: self._db.get_column_family_handle(name) for name in names}
@@ -67,6 +102,7 @@ class RocksStore:
         self._sync.sync = True
         self._nosync = WriteOptions()
         self._closed = False
+        self._read_only = read_only
         self._lock = threading.Lock()
 
     @property
@@ -86,7 +122,14 @@ class RocksStore:
         self._db.write(batch, self._sync if sync else self._nosync)
 
     def get(self, cf: str, key: bytes) -> bytes | None:
-        value = self._cfs[cf].get(key)
+        """The value, None if absent; raises Corrupted if RocksDB finds the block
+        holding it damaged (its block checksums are verified on every read)."""
+        try:
+            value = self._cfs[cf].get(key)
+        except Exception as exc:
+            if _is_corruption(exc):
+                raise Corrupted(f"catalog storage is damaged ({cf}): {exc}") from None
+            raise
         return value if value is None else bytes(value)
 
     def scan(
@@ -102,19 +145,63 @@ class RocksStore:
         while it.valid():
             key = it.key()
             if not key.startswith(prefix):
-                break
+                return
             yield key, it.value()
             it.next()
+        _raise_status(it, cf)
+
+    def scan_salvage(
+        self, cf: str, gaps: list[ScanGap], *, bulk: bool = True
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Every readable item of ``cf``: a forward scan, and if it stops at damaged
+        storage, a backward scan from the end down to the last key read. What lies
+        between is lost to this scan and described in ``gaps``."""
+        read = ReadOptions()
+        if bulk:
+            read.fill_cache(False)  # type: ignore[call-arg]
+        it = self._cfs[cf].iter(read)
+        it.seek_to_first()
+        last = b""
+        while it.valid():
+            last = it.key()
+            yield last, it.value()
+            it.next()
+        try:
+            _raise_status(it, cf)
+            return
+        except Corrupted as exc:
+            error = exc.message
+        back = self._cfs[cf].iter(read)
+        back.seek_to_last()
+        tail: list[tuple[bytes, bytes]] = []
+        while back.valid() and back.key() > last:
+            tail.append((back.key(), back.value()))
+            back.prev()
+        try:
+            _raise_status(back, cf)
+            before: bytes | None = tail[-1][0] if tail else None
+        except Corrupted:
+            before = tail[-1][0] if tail else None
+        gaps.append(ScanGap(last, before, error))
+        yield from reversed(tail)
 
     def flush(self) -> None:
+        """Sync the WAL: every batch written so far survives power loss (group commit)."""
         self._db.flush_wal(True)
+
+    def flush_memtables(self) -> None:
+        """Write memtables to SST files (shorter WAL replay at the next start)."""
+        self._db.flush(True)
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._db.flush_wal(True)
+            if not self._read_only:
+                # Memtables to SST: the next start replays no WAL.
+                self._db.flush(True)
+                self._db.flush_wal(True)
             # Column-family views share the database; RocksDB's lock is released
             # only when every view is gone, so drop them before closing.
             for cf in self._cfs.values():
@@ -122,6 +209,15 @@ class RocksStore:
             self._cfs.clear()
             self._handles.clear()
             self._db.close()
+
+
+def _raise_status(it: object, cf: str) -> None:
+    try:
+        it.status()  # type: ignore[attr-defined]
+    except Exception as exc:
+        if _is_corruption(exc):
+            raise Corrupted(f"catalog storage is damaged ({cf}): {exc}") from None
+        raise
 
 
 class Batch:

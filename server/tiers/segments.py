@@ -33,11 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tiermem.server.errors import CapacityExceeded, InvariantViolation
+from tiermem.server.faults import NO_FAULTS, Faults
 
 ALIGN = 4096
 MAGIC = b"TMS1"
 HEADER = struct.Struct("<4sIQQ")
 _NAME = re.compile(r"^seg-(\d{10})\.dat$")
+#: Longest key an entry header may claim (namespace + NUL + kind + key); a longer
+#: one means the header is damaged.
+MAX_ENTRY_KEY_BYTES = 2048
 
 
 def _align(n: int) -> int:
@@ -55,6 +59,7 @@ class Segment:
     path: Path
     fd: int
     size: int = 0  # aligned end of the last entry
+    file_bytes: int = 0  # length of the file when opened (truncation shows here)
     live: int = 0  # aligned bytes of entries the catalog still references
     refs: int = 0
     retired: bool = False
@@ -83,15 +88,22 @@ class SegmentStore:
             if m:
                 fd = os.open(path, os.O_RDWR)
                 seg_id = int(m.group(1))
+                length = os.fstat(fd).st_size
                 self._segments[seg_id] = Segment(
-                    seg_id, path, fd, size=_align(os.fstat(fd).st_size)
+                    seg_id, path, fd, size=_align(length), file_bytes=length
                 )
         self._next_id = max(self._segments, default=0) + 1
+        self.faults: Faults = NO_FAULTS
 
     # -- accounting -----------------------------------------------------------
     @property
     def used_bytes(self) -> int:
         return sum(s.size for s in self._segments.values())
+
+    def file_bytes(self, seg_id: int) -> int | None:
+        """Length of the segment file when the store was opened; None if missing."""
+        seg = self._segments.get(seg_id)
+        return None if seg is None else seg.file_bytes
 
     def add_live_bytes(self, seg_id: int, nbytes: int) -> bool:
         """Count aligned entry bytes as referenced (start-up recovery). False if
@@ -139,6 +151,13 @@ class SegmentStore:
         self._next_id += 1
         path = self.directory / f"seg-{seg_id:010d}.dat"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        # The new name must survive power loss too, or a synced entry in it would
+        # be lost with its directory entry.
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
         seg = Segment(seg_id, path, fd)
         self._segments[seg_id] = seg
         return seg
@@ -168,6 +187,7 @@ class SegmentStore:
         seg, offset = self._reserve(len(header) + size)
         try:
             _pwrite_all(seg.fd, memoryview(header), offset)
+            self.faults.point("segment.mid_write")
             _pwrite_all(seg.fd, data, offset + len(header))
             if sync:
                 os.fdatasync(seg.fd)
@@ -177,6 +197,13 @@ class SegmentStore:
             raise CapacityExceeded(f"SSD write failed: {exc}") from exc
         self._unref(seg)
         return seg.id, offset + len(header)
+
+    def sync(self, seg_ids: set[int]) -> None:
+        """fdatasync the given segments (those still open)."""
+        with self._lock:
+            fds = [s.fd for i, s in self._segments.items() if i in seg_ids and not s.retired]
+        for fd in fds:
+            os.fdatasync(fd)
 
     def sync_all(self) -> None:
         with self._lock:
@@ -210,7 +237,7 @@ class SegmentStore:
             while offset + HEADER.size <= end:
                 raw = os.pread(seg.fd, HEADER.size, offset)
                 magic, key_len, size, checksum = HEADER.unpack(raw)
-                if magic != MAGIC:
+                if magic != MAGIC or key_len > MAX_ENTRY_KEY_BYTES:
                     return
                 key = os.pread(seg.fd, key_len, offset + HEADER.size)
                 data_offset = offset + HEADER.size + key_len
