@@ -5,17 +5,20 @@ Light dependencies only (grpcio, protobuf, numpy); torch is used if installed
 This package never imports server code.
 """
 
+from tiermem.client._transport import TlsOptions
 from tiermem.client.aio import AsyncClient
 from tiermem.client.errors import (
     AlreadyExistsError,
     CapacityError,
     ChecksumError,
+    DeadlineError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     TiermemClientError,
     UnavailableError,
 )
+from tiermem.client.integrity import CheckResult, DamagedObject
 from tiermem.client.sync import Client
 from tiermem.client.types import (
     AccessHint,
@@ -34,8 +37,11 @@ __all__ = [
     "AlreadyExistsError",
     "AsyncClient",
     "CapacityError",
+    "CheckResult",
     "ChecksumError",
     "Client",
+    "DamagedObject",
+    "DeadlineError",
     "Durability",
     "InvalidArgumentError",
     "Kind",
@@ -48,5 +54,6 @@ __all__ = [
     "Tier",
     "TierStats",
     "TiermemClientError",
+    "TlsOptions",
     "UnavailableError",
 ]

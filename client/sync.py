@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tiermem.client import _wire
-from tiermem.client._transport import Transport
+from tiermem.client._transport import TlsOptions, Transport
+from tiermem.client.integrity import IntegrityClient
 from tiermem.client.types import Kind, ObjectInfo, Profile, Stats
 from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
 
@@ -35,6 +36,7 @@ class Client:
         token: str | None = None,
         chunk_bytes: int = _wire.DEFAULT_CHUNK_BYTES,
         verify: bool = True,
+        tls: TlsOptions | None = None,
     ) -> None:
         """``verify``: send a checksum with every put (the daemon rejects damaged
         uploads) and check whole-object gets against the daemon's checksum."""
@@ -42,10 +44,13 @@ class Client:
         self.namespace = namespace
         self.chunk_bytes = chunk_bytes
         self.verify = verify
-        self.transport = Transport(address, token=token, timeout_s=timeout_s, retries=retries)
+        self.transport = Transport(
+            address, token=token, timeout_s=timeout_s, retries=retries, tls=tls
+        )
         self._metadata = self.transport.metadata
         self._objects = object_pb2_grpc.ObjectServiceStub(self.transport.channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self.transport.channel)
+        self.integrity = IntegrityClient(self.transport)
 
     def close(self) -> None:
         self.transport.close()

@@ -84,6 +84,14 @@ class Daemon:
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
+        """Open storage, recover, serve. On failure everything opened is closed again."""
+        try:
+            self._start()
+        except BaseException:
+            self.stop(grace_s=0)
+            raise
+
+    def _start(self) -> None:
         cfg = self.config
         data_dir = Path(cfg.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)

@@ -11,8 +11,8 @@ here to statuses and counts them) and, for every RPC except health checks:
 * **bounds time**: ``guard.current_deadline`` is the earlier of the client's
   deadline and ``limits.max_request_s``; loops in services check it. An RPC
   whose client deadline is later than that (or none) is registered with a
-  watchdog that cancels it at the server's limit, so a stalled stream cannot
-  hold a thread and its reservations forever.
+  watchdog that cancels it (status CANCELLED) a second after the server's
+  limit, so a stalled stream cannot hold a thread and its reservations forever.
 * **parses requests itself**: grpc's own deserializer answers a malformed
   message with INTERNAL; here it becomes INVALID_ARGUMENT naming the message
   type, so every bad request gets a clear status.
@@ -55,6 +55,9 @@ log = logging.getLogger(__name__)
 
 #: Methods that need no credentials (load balancers probe them).
 OPEN_METHODS = ("/grpc.health.v1.Health/",)
+#: The watchdog cancels this long after the server deadline, so RPCs that are
+#: still making progress end in their own deadline check with DEADLINE_EXCEEDED.
+WATCHDOG_GRACE_S = 1.0
 
 
 class Authenticator:
@@ -180,7 +183,7 @@ class AccessInterceptor(grpc.ServerInterceptor):
             now = time.monotonic()
             watch = None
             if remaining is None or remaining > limit:
-                watch = self._watchdog.watch(context, name, now + limit)
+                watch = self._watchdog.watch(context, name, now + limit + WATCHDOG_GRACE_S)
                 remaining = limit
             return (
                 current_principal.set(principal),

@@ -137,12 +137,15 @@ def _name(encoded: bytes) -> str:
         return encoded.hex()
 
 
-def _gap_notes(gaps: list[ScanGap]) -> list[str]:
-    return [
-        f"catalog records after {_name(g.after) if g.after else 'the start'} and before "
-        f"{_name(g.before) if g.before else 'the end'} are unreadable: {g.error}"
-        for g in gaps
-    ]
+def _add_gaps(report: CheckReport, gaps: list[ScanGap], listed: int) -> None:
+    """Unreadable catalog ranges count as damage: the objects in them are lost."""
+    for g in gaps:
+        span = (
+            f"records after {_name(g.after) if g.after else 'the start'} and before "
+            f"{_name(g.before) if g.before else 'the end'}"
+        )
+        report.add(Damage(f"<catalog {span}>", g.error, "catalog"), listed)
+        report.notes.append(f"catalog {span} are unreadable: {g.error}")
 
 
 def check_offline(
@@ -180,7 +183,7 @@ def check_offline(
             report.bytes_checked += size
             if problem is not None:
                 report.add(Damage(_name(encoded), problem[1], problem[0]), listed)
-        report.notes += _gap_notes(gaps)
+        _add_gaps(report, gaps, listed)
         if segments is not None and not namespace:
             unused = sorted(set(segments.stats()) - referenced)
             if unused:
@@ -234,7 +237,7 @@ def check_online(
         if same:
             store.damage.add(encoded, problem[0], f"{_name(encoded)}: {problem[1]}")
             report.add(Damage(_name(encoded), problem[1], problem[0]), listed)
-    report.notes += _gap_notes(gaps)
+    _add_gaps(report, gaps, listed)
     report.seconds = time.perf_counter() - started
     return report
 

@@ -23,7 +23,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from tiermem.server.errors import Corrupted
+from tiermem.server.errors import CapacityExceeded, Corrupted, Unavailable
 
 #: Column families and what they hold.
 COLUMN_FAMILIES: dict[str, str] = {
@@ -117,9 +117,14 @@ class RocksStore:
         return Batch(self)
 
     def write(self, batch: WriteBatch, *, sync: bool) -> None:
+        """Apply a batch atomically. A failed write (e.g. a full disk) raises
+        CapacityExceeded or Unavailable and changes nothing."""
         if batch.is_empty():
             return
-        self._db.write(batch, self._sync if sync else self._nosync)
+        try:
+            self._db.write(batch, self._sync if sync else self._nosync)
+        except Exception as exc:
+            raise _storage_error("write", exc) from None
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         """The value, None if absent; raises Corrupted if RocksDB finds the block
@@ -187,7 +192,10 @@ class RocksStore:
 
     def flush(self) -> None:
         """Sync the WAL: every batch written so far survives power loss (group commit)."""
-        self._db.flush_wal(True)
+        try:
+            self._db.flush_wal(True)
+        except Exception as exc:
+            raise _storage_error("sync", exc) from None
 
     def flush_memtables(self) -> None:
         """Write memtables to SST files (shorter WAL replay at the next start)."""
@@ -209,6 +217,18 @@ class RocksStore:
             self._cfs.clear()
             self._handles.clear()
             self._db.close()
+
+
+def _storage_error(what: str, exc: Exception) -> Exception:
+    text = str(exc)
+    if "No space left" in text or "ENOSPC" in text:
+        return CapacityExceeded(
+            f"catalog {what} failed, the disk is full: {text}. Free space; RocksDB may stay "
+            "read-only until the daemon restarts"
+        )
+    if _is_corruption(exc):
+        return Corrupted(f"catalog {what} failed, its storage is damaged: {text}")
+    return Unavailable(f"catalog {what} failed: {text}")
 
 
 def _raise_status(it: object, cf: str) -> None:
