@@ -7,6 +7,7 @@ their column family by name; new concerns add a name to ``COLUMN_FAMILIES``.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from rocksdict import (
 )
 
 from tiermem.server.errors import CapacityExceeded, Corrupted, Unavailable
+
+log = logging.getLogger(__name__)
 
 #: Column families and what they hold.
 COLUMN_FAMILIES: dict[str, str] = {
@@ -199,7 +202,8 @@ class RocksStore:
 
     def flush_memtables(self) -> None:
         """Write memtables to SST files (shorter WAL replay at the next start)."""
-        self._db.flush(True)
+        for cf in self._cfs.values():
+            cf.flush(True)
 
     def close(self) -> None:
         with self._lock:
@@ -207,16 +211,29 @@ class RocksStore:
                 return
             self._closed = True
             if not self._read_only:
-                # Memtables to SST: the next start replays no WAL.
-                self._db.flush(True)
-                self._db.flush_wal(True)
+                # Memtables to SST, so the next start replays no WAL. Best effort:
+                # on a full disk the synced WAL still holds everything.
+                try:
+                    for cf in self._cfs.values():
+                        cf.flush(True)
+                    self._db.flush_wal(True)
+                except Exception as exc:
+                    log.warning("catalog flush at close failed (the WAL is kept): %s", exc)
             # Column-family views share the database; RocksDB's lock is released
             # only when every view is gone, so drop them before closing.
+            # A database in RocksDB's background-error state (e.g. after a full disk)
+            # reports that error again on close; it closes all the same.
             for cf in self._cfs.values():
-                cf.close()
+                try:
+                    cf.close()
+                except Exception as exc:
+                    log.warning("catalog close: %s", exc)
             self._cfs.clear()
             self._handles.clear()
-            self._db.close()
+            try:
+                self._db.close()
+            except Exception as exc:
+                log.warning("catalog close: %s", exc)
 
 
 def _storage_error(what: str, exc: Exception) -> Exception:
