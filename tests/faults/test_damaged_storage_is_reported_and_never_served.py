@@ -113,7 +113,7 @@ def test_online_fsck_finds_damage_before_any_read(
     stored: tuple[Daemon, dict[str, bytes]], make_daemon: Callable[..., Daemon]
 ) -> None:
     daemon, values = stored
-    seg, off, size = location(daemon, "seg-7")
+    seg, off, _size = location(daemon, "seg-7")
     daemon.stop()
     flip(segment_path(daemon, seg), off + 10)
     again = restart(make_daemon, daemon)
