@@ -160,8 +160,9 @@ class AccessInterceptor(grpc.ServerInterceptor):
         details: grpc.HandlerCallDetails,
     ) -> Handler | None:
         handler = continuation(details)
-        if handler is None or details.method.startswith(OPEN_METHODS):
+        if handler is None:
             return handler
+        open_method = details.method.startswith(OPEN_METHODS)
         name = details.method
         metadata = details.invocation_metadata
         parse = _parser(handler.request_deserializer)
@@ -174,7 +175,7 @@ class AccessInterceptor(grpc.ServerInterceptor):
 
         def enter(context: grpc.ServicerContext) -> tuple[Any, Any, _Watch | None]:
             try:
-                principal = self._auth.principal(metadata)
+                principal = ANONYMOUS if open_method else self._auth.principal(metadata)
             except Unauthenticated:
                 self._metrics.auth_failures.labels("token").inc()
                 raise

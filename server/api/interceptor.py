@@ -116,6 +116,9 @@ class ServerInterceptor(grpc.ServerInterceptor):
             code = "OK"
             try:
                 return fn(request, context)
+            except grpc.RpcError:
+                code = "CANCELLED"  # the call ended under us (client gone): nothing to map
+                raise
             except Exception as exc:
                 code = _status_name(exc, context)
                 if code == "UNKNOWN" or isinstance(exc, TiermemError):
@@ -137,7 +140,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
             code = "OK"
             try:
                 yield from fn(request, context)
-            except GeneratorExit:
+            except (GeneratorExit, grpc.RpcError):
                 code = "CANCELLED"  # the client went away mid-stream
                 raise
             except Exception as exc:

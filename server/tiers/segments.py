@@ -59,7 +59,6 @@ class Segment:
     path: Path
     fd: int
     size: int = 0  # aligned end of the last entry
-    file_bytes: int = 0  # length of the file when opened (truncation shows here)
     live: int = 0  # aligned bytes of entries the catalog still references
     refs: int = 0
     retired: bool = False
@@ -88,9 +87,8 @@ class SegmentStore:
             if m:
                 fd = os.open(path, os.O_RDWR)
                 seg_id = int(m.group(1))
-                length = os.fstat(fd).st_size
                 self._segments[seg_id] = Segment(
-                    seg_id, path, fd, size=_align(length), file_bytes=length
+                    seg_id, path, fd, size=_align(os.fstat(fd).st_size)
                 )
         self._next_id = max(self._segments, default=0) + 1
         self.faults: Faults = NO_FAULTS
@@ -101,9 +99,15 @@ class SegmentStore:
         return sum(s.size for s in self._segments.values())
 
     def file_bytes(self, seg_id: int) -> int | None:
-        """Length of the segment file when the store was opened; None if missing."""
-        seg = self._segments.get(seg_id)
-        return None if seg is None else seg.file_bytes
+        """Current length of the segment file; None if there is no such segment."""
+        try:
+            seg = self._ref(seg_id)
+        except FileNotFoundError:
+            return None
+        try:
+            return os.fstat(seg.fd).st_size
+        finally:
+            self._unref(seg)
 
     def add_live_bytes(self, seg_id: int, nbytes: int) -> bool:
         """Count aligned entry bytes as referenced (start-up recovery). False if
