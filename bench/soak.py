@@ -1,0 +1,307 @@
+"""Soak: many concurrent clients of every kind for a bounded time.
+
+    python -m bench.soak [--seconds 300] [--clients 64] [--procs 4] [--think-ms 20]
+
+Starts ``tiermem serve`` in a subprocess, preloads a hot set, then runs
+``--clients`` client threads (spread over ``--procs`` processes, each thread
+with its own connection) that loop over the operations in ``WORKLOADS`` with a
+think time between calls, until ``--seconds`` pass. Reports errors, p50/p99
+latency per operation, throughput, and the daemon's resident memory sampled
+every second. Goals: 0 errors; memory flat after warm-up (growth at most 5 %
+over the last 80 % of the run); p99 of small gets at most 10 ms.
+
+Workloads are rows of a table (name, weight, function): the object service of
+every kind today; the KV, vector and scratch services add rows when they land.
+Writes bench/results/soak.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import multiprocessing as mp
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, goal, percentile, write_result
+from tiermem.client import Client, Durability, Kind, NotFoundError, Profile, Tier
+
+KiB, MiB = 1 << 10, 1 << 20
+HOT_KEYS = 2000
+SMALL = 1 * KiB
+
+CONFIG = """
+[tiers.dram]
+capacity_bytes = "256MiB"
+[tiers.ssd]
+capacity_bytes = "8GiB"
+segment_bytes = "64MiB"
+[background]
+migrate_interval_s = 0.5
+compaction_interval_s = 5
+"""
+
+
+class Ctx:
+    """One client thread's state."""
+
+    def __init__(self, client: Client, rng: random.Random, prefix: str) -> None:
+        self.client = client
+        self.rng = rng
+        self.prefix = prefix
+        self.n = 0
+
+    def own_key(self, span: int = 200) -> str:
+        return f"{self.prefix}-{self.rng.randrange(span)}"
+
+
+def _get_small(c: Ctx) -> None:
+    c.client.get(Kind.SCRATCH, f"hot-{c.rng.randrange(HOT_KEYS)}")
+
+
+def _put_small(c: Ctx) -> None:
+    c.client.put(Kind.SCRATCH, c.own_key(), c.rng.randbytes(c.rng.randint(100, 4 * KiB)))
+
+
+def _put_blob(c: Ctx) -> None:
+    size = c.rng.choice([64 * KiB, 256 * KiB, 1 * MiB])
+    c.client.put(Kind.BLOB, c.own_key(50), c.rng.randbytes(size))
+
+
+def _get_blob(c: Ctx) -> None:
+    with contextlib.suppress(NotFoundError):
+        c.client.get(Kind.BLOB, c.own_key(50))
+
+
+def _put_kv(c: Ctx) -> None:
+    data = c.rng.randbytes(256 * KiB)
+    c.client.put(Kind.KV_BLOCK, c.own_key(100), data, profile=Profile(durability=Durability.CACHE))
+
+
+def _get_kv(c: Ctx) -> None:
+    with contextlib.suppress(NotFoundError):  # CACHE: may have been evicted
+        c.client.get(Kind.KV_BLOCK, c.own_key(100))
+
+
+def _put_vector(c: Ctx) -> None:
+    data = c.rng.randbytes(768 * 4 * 16)  # 16 float32 embeddings of 768 dims
+    c.client.put(Kind.VECTOR, c.own_key(100), data, dtype="float32", shape=(16, 768))
+
+
+def _put_cold(c: Ctx) -> None:
+    data = c.rng.randbytes(32 * KiB)
+    c.client.put(Kind.BLOB, c.own_key(50) + "-cold", data, profile=Profile(preferred_tier=Tier.SSD))
+
+
+def _stat(c: Ctx) -> None:
+    c.client.stat(Kind.SCRATCH, f"hot-{c.rng.randrange(HOT_KEYS)}")
+
+
+def _list(c: Ctx) -> None:
+    for _ in zip(range(50), c.client.list(kind=Kind.SCRATCH, prefix=c.prefix), strict=False):
+        pass
+
+
+def _delete(c: Ctx) -> None:
+    c.client.delete(Kind.SCRATCH, c.own_key())
+
+
+#: (operation name, weight, function)
+WORKLOADS: list[tuple[str, int, Callable[[Ctx], None]]] = [
+    ("get small", 30, _get_small),
+    ("put small", 15, _put_small),
+    ("stat", 8, _stat),
+    ("put blob 64K-1M", 4, _put_blob),
+    ("get blob", 6, _get_blob),
+    ("put kv 256K cache", 6, _put_kv),
+    ("get kv", 8, _get_kv),
+    ("put vector 48K", 4, _put_vector),
+    ("put blob cold (SSD)", 3, _put_cold),
+    ("list 50", 3, _list),
+    ("delete", 4, _delete),
+]
+
+
+def _client_proc(
+    address: str, first: int, threads: int, seconds: float, think_s: float, out: Any
+) -> None:
+    deadline = time.monotonic() + seconds
+    lat: dict[str, list[float]] = {name: [] for name, _, _ in WORKLOADS}
+    errors: dict[str, int] = {}
+    samples: list[str] = []
+    lock = threading.Lock()
+    weights = [w for _, w, _ in WORKLOADS]
+
+    def run(i: int) -> None:
+        rng = random.Random(first + i)
+        with Client(address, timeout_s=60) as client:
+            ctx = Ctx(client, rng, f"c{first + i}")
+            mine: dict[str, list[float]] = {name: [] for name, _, _ in WORKLOADS}
+            while time.monotonic() < deadline:
+                name, _w, fn = rng.choices(WORKLOADS, weights)[0]
+                t0 = time.perf_counter()
+                try:
+                    fn(ctx)
+                    mine[name].append(time.perf_counter() - t0)
+                except Exception as exc:
+                    with lock:
+                        errors[name] = errors.get(name, 0) + 1
+                        if len(samples) < 20:
+                            samples.append(f"{name}: {exc}")
+                time.sleep(think_s * rng.uniform(0.5, 1.5))
+        with lock:
+            for name, values in mine.items():
+                lat[name].extend(values)
+
+    pool = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    out.put({"lat": lat, "errors": errors, "samples": samples})
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=300)
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--procs", type=int, default=4)
+    parser.add_argument("--think-ms", type=float, default=20)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="tiermem-soak-") as tmp:
+        config = Path(tmp) / "soak.toml"
+        config.write_text(CONFIG)
+        cmd = [
+            sys.executable, "-m", "tiermem.cli.main", "serve", "--data-dir", f"{tmp}/data",
+            "--listen", "127.0.0.1:0", "--metrics-listen", "", "--config", str(config),
+        ]  # fmt: skip
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO)
+        try:
+            return _soak(proc, args)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
+    assert proc.stdout is not None
+    address = ""
+    for line in proc.stdout:
+        if line.startswith("listening on "):
+            address = line.split()[-1]
+            break
+    if not address:
+        raise RuntimeError("tiermem did not start")
+    with Client(address) as c:
+        rng = random.Random(0)
+        for i in range(HOT_KEYS):
+            c.put(Kind.SCRATCH, f"hot-{i}", rng.randbytes(SMALL))
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    per = [args.clients // args.procs + (i < args.clients % args.procs) for i in range(args.procs)]
+    firsts = [sum(per[:i]) for i in range(args.procs)]
+    procs = [
+        ctx.Process(
+            target=_client_proc,
+            args=(address, firsts[i], per[i], args.seconds, args.think_ms / 1000, out),
+        )
+        for i in range(args.procs)
+    ]
+    started = time.monotonic()
+    for p in procs:
+        p.start()
+    memory: list[tuple[float, int]] = []
+    results = []
+    while len(results) < len(procs):
+        memory.append((round(time.monotonic() - started, 1), _rss_bytes(proc.pid)))
+        try:
+            results.append(out.get(timeout=1.0))
+        except Exception:
+            continue
+    for p in procs:
+        p.join(30)
+    elapsed = time.monotonic() - started
+    return _report(args, results, memory, elapsed)
+
+
+def _report(
+    args: argparse.Namespace,
+    results: list[dict[str, Any]],
+    memory: list[tuple[float, int]],
+    elapsed: float,
+) -> int:
+    lat: dict[str, list[float]] = {name: [] for name, _, _ in WORKLOADS}
+    errors: dict[str, int] = {}
+    samples: list[str] = []
+    for r in results:
+        for name, values in r["lat"].items():
+            lat[name].extend(values)
+        for name, n in r["errors"].items():
+            errors[name] = errors.get(name, 0) + n
+        samples += r["samples"]
+    total_ops = sum(len(v) for v in lat.values())
+    per_op = {
+        name: {
+            "ops": len(v),
+            "p50_ms": round(percentile(v, 50) * 1000, 3),
+            "p99_ms": round(percentile(v, 99) * 1000, 3),
+            "errors": errors.get(name, 0),
+        }
+        for name, v in lat.items()
+    }
+    # Memory: compare the start and the end of the last 80 % of the run.
+    after = [m for t, m in memory if t >= 0.2 * elapsed]
+    window = max(1, len(after) // 10)
+    head = sorted(after[:window])[len(after[:window]) // 2] if after else 0
+    tail = sorted(after[-window:])[len(after[-window:]) // 2] if after else 0
+    growth = (tail - head) / head * 100 if head else float("nan")
+    step = max(1, len(memory) // 120)
+    n_errors = sum(errors.values())
+    goals = [
+        goal("errors", n_errors, 0, "errors", False),
+        goal("daemon memory growth over the last 80%", growth, 5.0, "%", False),
+        goal("p99 small get under load", per_op["get small"]["p99_ms"], 10.0, "ms", False),
+    ]
+    details = {
+        "seconds": round(elapsed, 1),
+        "clients": args.clients,
+        "client_processes": args.procs,
+        "think_ms": args.think_ms,
+        "ops": total_ops,
+        "ops_per_s": round(total_ops / elapsed, 1),
+        "operations": per_op,
+        "error_samples": samples[:20],
+        "daemon_rss_mib": {
+            "after_warmup": round(head / MiB, 1),
+            "end": round(tail / MiB, 1),
+            "max": round(max((m for _, m in memory), default=0) / MiB, 1),
+            "timeline": [(t, round(m / MiB, 1)) for t, m in memory[::step]],
+        },
+        "note": "2-core development machine shared with other work; clients and daemon share "
+        "the cores. The lead reruns on a quiet machine.",
+    }
+    write_result("soak", goals, details)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())
