@@ -15,6 +15,8 @@ from pathlib import Path
 
 from rocksdict import (
     AccessType,
+    BlockBasedOptions,
+    Cache,
     DBCompressionType,
     DBRecoveryMode,
     Options,
@@ -39,7 +41,14 @@ COLUMN_FAMILIES: dict[str, str] = {
 }
 
 
-def _options() -> Options:
+#: Memory bounds of the catalog (a daemon's memory must stay flat): all memtables
+#: together, one memtable, and the block cache shared by every column family.
+MEMTABLES_TOTAL_BYTES = 64 << 20
+MEMTABLE_BYTES = 16 << 20
+BLOCK_CACHE_BYTES = 64 << 20
+
+
+def _options(cache: Cache) -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
@@ -52,6 +61,11 @@ def _options() -> Options:
     # recovery then reports what is missing instead of refusing to start.
     opts.set_wal_recovery_mode(DBRecoveryMode.point_in_time())
     opts.set_paranoid_checks(True)
+    opts.set_db_write_buffer_size(MEMTABLES_TOTAL_BYTES)
+    opts.set_write_buffer_size(MEMTABLE_BYTES)
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
+    opts.set_block_based_table_factory(table)
     return opts
 
 
@@ -92,11 +106,12 @@ class RocksStore:
             raise FileNotFoundError(f"no catalog at {path}")
         self._path = path
         names = list(COLUMN_FAMILIES) + list(extra_column_families)
-        opts = _options()
+        cache = Cache(BLOCK_CACHE_BYTES)
+        opts = _options(cache)
         self._db = Rdict(
             str(path),
             options=opts,
-            column_families={name: _options() for name in names},
+            column_families={name: _options(cache) for name in names},
             access_type=AccessType.read_only() if read_only else AccessType.read_write(),
         )
         self._cfs = {name: self._db.get_column_family(name) for name in names}
