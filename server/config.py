@@ -226,6 +226,8 @@ class FaultsConfig(_Section):
     """Chance that reaching a listed point kills the daemon."""
     seed: int = 0
     """Seed of the kill decisions (0 = random)."""
+    arm_file: str = ""
+    """If set, points fire only while this file exists (a test arms them after its checks)."""
 
 
 class Config(BaseSettings):

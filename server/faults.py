@@ -45,13 +45,16 @@ class Faults:
             )
         self._armed = frozenset(config.kill_points) if config.kill_probability > 0 else frozenset()
         self._probability = config.kill_probability
+        self._arm_file = config.arm_file
         self._rng = random.Random(config.seed or None)
         if self._armed:
             log.warning("fault injection armed: %s (p=%s)", sorted(self._armed), self._probability)
 
     def point(self, name: str) -> None:
         """SIGKILL the process here if ``name`` is armed and the dice say so."""
-        if name in self._armed and self._rng.random() < self._probability:
+        if name not in self._armed or self._rng.random() >= self._probability:
+            return
+        if not self._arm_file or os.path.exists(self._arm_file):
             os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -22,6 +22,7 @@ Works for every registered service without per-service code.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
 import hmac
@@ -119,6 +120,9 @@ class _Watchdog:
     def watch(self, context: grpc.ServicerContext, name: str, due: float) -> _Watch:
         w = _Watch(due, next(self._seq), context, name)
         with self._cond:
+            if w.seq % 1024 == 1023:  # drop finished RPCs: the heap stays as big as what runs
+                self._heap = [x for x in self._heap if not x.done]
+                heapq.heapify(self._heap)
             heapq.heappush(self._heap, w)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -196,8 +200,11 @@ class AccessInterceptor(grpc.ServerInterceptor):
             p_token, d_token, watch = tokens
             if watch is not None:
                 watch.done = True
-            current_principal.reset(p_token)
-            current_deadline.reset(d_token)
+            # A response stream abandoned by its client may be closed from another
+            # thread (another context): the variables die with that context then.
+            with contextlib.suppress(ValueError):
+                current_principal.reset(p_token)
+                current_deadline.reset(d_token)
 
         def request_of(raw: Any) -> Any:
             if streaming_in:

@@ -63,6 +63,7 @@ shutdown_grace_s = 0
 kill_points = {points}
 kill_probability = {probability}
 seed = {seed}
+arm_file = "{arm_file}"
 """
 
 #: Crash points armed in "points" cycles: the dangerous windows of puts,
@@ -208,6 +209,8 @@ class CrashHarness:
             self.keys.append(mine)
         self.cycle = 0
         self.proc: DaemonProcess | None = None
+        #: Crash points fire only while this file exists: not during the checks.
+        self.arm_file = root / "armed"
 
     def _config(self, armed: bool) -> Path:
         path = self.root / "crash.toml"
@@ -217,6 +220,7 @@ class CrashHarness:
                 points="[" + ", ".join(f'"{p}"' for p in points) + "]",
                 probability=0.01 if armed else 0.0,
                 seed=self.rng.randrange(1, 1 << 30),
+                arm_file=self.arm_file,
             )
         )
         return path
@@ -277,6 +281,8 @@ class CrashHarness:
         address, start_s = self._start(armed)
         recovery_s, recovered = self._recovery_line()
         violations, present = self.verify(address)
+        if armed:
+            self.arm_file.touch()
         large = threading.Event()
         stop = threading.Event()
         workers = [
@@ -308,6 +314,7 @@ class CrashHarness:
         for t in threads:
             t.start()
         killed_by = self._kill(mode, large, workload_s)
+        self.arm_file.unlink(missing_ok=True)
         stop.set()
         for t in threads:
             t.join(60)
