@@ -20,7 +20,7 @@ def test_kill_9_at_random_moments_loses_no_acknowledged_write(tmp_path: Path) ->
     acked = 0
     try:
         for i in range(CYCLES):
-            result = harness.run_cycle(MODES[i % len(MODES)], workload_s=1.5)
+            result = harness.run_cycle(MODES[i % len(MODES)], workload_s=1.0)
             acked += result.acked_ops
             failures += [f"cycle {i} ({result.mode}): {v}" for v in result.violations]
         last, _present = harness.finish()

@@ -95,7 +95,15 @@ class KeyState:
     def acceptable(self) -> tuple[set[bytes], bool]:
         """(acceptable digests, whether absent is acceptable)."""
         digests = set()
-        absent_ok = self.acked is None or not self.acked.durable or self.pending == DELETE
+        # Absent is fine if nothing durable was acknowledged, a delete was in flight,
+        # or a CACHE overwrite was in flight: it may have replaced the durable
+        # version and then been lost itself (CACHE objects may be).
+        absent_ok = (
+            self.acked is None
+            or not self.acked.durable
+            or self.pending == DELETE
+            or (isinstance(self.pending, Version) and not self.pending.durable)
+        )
         if self.acked is not None:
             digests.add(self.acked.digest)
         if isinstance(self.pending, Version):
