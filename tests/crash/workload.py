@@ -354,10 +354,15 @@ class CrashHarness:
         return "kill -9"
 
     def finish(self) -> tuple[list[str], int]:
-        """A last start and check (the final cycle's kill is verified too)."""
+        """A last start and check (the final cycle's kill is verified too), and a
+        full integrity check of everything stored: no damage at rest."""
         address, _ = self._start(False)
         try:
-            return self.verify(address)
+            violations, present = self.verify(address)
+            with Client(address, timeout_s=300) as c:
+                check = c.integrity.check()
+            violations += [f"fsck: {d.key}: {d.reason}" for d in check.damaged]
+            return violations, present
         finally:
             self.stop()
 
