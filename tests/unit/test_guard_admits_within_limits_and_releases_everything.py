@@ -69,7 +69,7 @@ def test_in_flight_budgets_and_namespace_concurrency() -> None:
         namespaces={"n": NamespaceLimits(max_concurrent_rpcs=1, max_inflight_bytes=10)},
     )  # fmt: skip
     held = g.admit("a", Role.WRITE, put_bytes=80)
-    with pytest.raises(CapacityExceeded, match="limits.max_inflight_bytes=100"):
+    with pytest.raises(CapacityExceeded, match=r"limits\.max_inflight_bytes=100"):
         g.admit("b", Role.WRITE, put_bytes=30)
     with pytest.raises(CapacityExceeded, match="reading"):
         g.reserve_bytes(30)
