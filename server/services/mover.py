@@ -257,6 +257,11 @@ class Mover:
         if failed:
             log.warning("segment %d kept: some live values could not be moved", seg_id)
             return False
+        left = segments.live_bytes(seg_id)
+        if left > 0:
+            # Records still name entries the walk did not find: never delete them.
+            log.error("segment %d kept: %d live bytes were not found by its walk", seg_id, left)
+            return False
         # The moved bytes (CACHE ones were written without sync), then the records
         # naming them, are on stable storage before the old file goes.
         if fsync:

@@ -234,21 +234,34 @@ class SegmentStore:
             self._unref(seg)
 
     def walk(self, seg_id: int) -> Iterator[EntryInfo]:
-        """Entries of a segment in order (stops at the first unreadable header)."""
+        """Entries of a segment in order.
+
+        A crash can leave a hole: a later append finished and was committed
+        while an earlier one had not written its header yet. Past an unreadable
+        header the walk resumes at the next 4 KiB boundary that holds one, so
+        entries after a hole are still found (a spurious match inside a hole
+        names no live record, and callers check every entry against the catalog)."""
         seg = self._ref(seg_id)
         try:
             offset, end = 0, os.fstat(seg.fd).st_size
             while offset + HEADER.size <= end:
                 raw = os.pread(seg.fd, HEADER.size, offset)
                 magic, key_len, size, checksum = HEADER.unpack(raw)
-                if magic != MAGIC or key_len > MAX_ENTRY_KEY_BYTES:
-                    return
+                if magic != MAGIC or not 0 < key_len <= MAX_ENTRY_KEY_BYTES:
+                    offset = _align(offset + 1)
+                    continue
                 key = os.pread(seg.fd, key_len, offset + HEADER.size)
                 data_offset = offset + HEADER.size + key_len
                 yield EntryInfo(data_offset, size, checksum, key)
                 offset = _align(data_offset + size)
         finally:
             self._unref(seg)
+
+    def live_bytes(self, seg_id: int) -> int:
+        """Aligned bytes of the segment's entries the catalog still references."""
+        with self._lock:
+            seg = self._segments.get(seg_id)
+            return 0 if seg is None else seg.live
 
     def _unref(self, seg: Segment) -> None:
         with self._lock:
