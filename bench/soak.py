@@ -5,10 +5,12 @@
 Starts ``tiermem serve`` in a subprocess, preloads a hot set, then runs
 ``--clients`` client threads (spread over ``--procs`` processes, each thread
 with its own connection) that loop over the operations in ``WORKLOADS`` with a
-think time between calls, until ``--seconds`` pass. Reports errors, p50/p99
-latency per operation, throughput, and the daemon's resident memory sampled
-every second. Goals: 0 errors; memory flat after warm-up (growth at most 5 %
-over the last 80 % of the run); p99 of small gets at most 10 ms.
+think time between calls, until ``--seconds`` pass. Every client first writes
+all the keys it owns (so the working set is complete), then the measured run
+starts. Reports errors, p50/p99 latency per operation, throughput, and the
+daemon's resident memory sampled every second. Goals: 0 errors; memory flat
+after warm-up (growth at most 5 % over the last 80 % of the run); p99 of small
+gets at most 10 ms.
 
 Workloads are rows of a table (name, weight, function): the object service of
 every kind today; the KV, vector and scratch services add rows when they land.
@@ -22,6 +24,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,6 +53,11 @@ compaction_interval_s = 5
 """
 
 
+#: Keys each client thread owns, per family; every client writes all of them
+#: before the measured run, so the working set is complete after warm-up.
+SPAN = {"small": 50, "blob": 10, "cold": 10, "kv": 20, "vector": 20}
+
+
 class Ctx:
     """One client thread's state."""
 
@@ -57,10 +65,11 @@ class Ctx:
         self.client = client
         self.rng = rng
         self.prefix = prefix
-        self.n = 0
+        self.fixed: int | None = None  # set while populating: write this key
 
-    def own_key(self, span: int = 200) -> str:
-        return f"{self.prefix}-{self.rng.randrange(span)}"
+    def key(self, family: str) -> str:
+        n = self.rng.randrange(SPAN[family]) if self.fixed is None else self.fixed
+        return f"{self.prefix}-{family}-{n}"
 
 
 def _get_small(c: Ctx) -> None:
@@ -68,37 +77,36 @@ def _get_small(c: Ctx) -> None:
 
 
 def _put_small(c: Ctx) -> None:
-    c.client.put(Kind.SCRATCH, c.own_key(), c.rng.randbytes(c.rng.randint(100, 4 * KiB)))
+    c.client.put(Kind.SCRATCH, c.key("small"), c.rng.randbytes(c.rng.randint(100, 4 * KiB)))
 
 
 def _put_blob(c: Ctx) -> None:
     size = c.rng.choice([64 * KiB, 256 * KiB, 1 * MiB])
-    c.client.put(Kind.BLOB, c.own_key(50), c.rng.randbytes(size))
+    c.client.put(Kind.BLOB, c.key("blob"), c.rng.randbytes(size))
 
 
 def _get_blob(c: Ctx) -> None:
-    with contextlib.suppress(NotFoundError):
-        c.client.get(Kind.BLOB, c.own_key(50))
+    c.client.get(Kind.BLOB, c.key("blob"))
 
 
 def _put_kv(c: Ctx) -> None:
     data = c.rng.randbytes(256 * KiB)
-    c.client.put(Kind.KV_BLOCK, c.own_key(100), data, profile=Profile(durability=Durability.CACHE))
+    c.client.put(Kind.KV_BLOCK, c.key("kv"), data, profile=Profile(durability=Durability.CACHE))
 
 
 def _get_kv(c: Ctx) -> None:
     with contextlib.suppress(NotFoundError):  # CACHE: may have been evicted
-        c.client.get(Kind.KV_BLOCK, c.own_key(100))
+        c.client.get(Kind.KV_BLOCK, c.key("kv"))
 
 
 def _put_vector(c: Ctx) -> None:
     data = c.rng.randbytes(768 * 4 * 16)  # 16 float32 embeddings of 768 dims
-    c.client.put(Kind.VECTOR, c.own_key(100), data, dtype="float32", shape=(16, 768))
+    c.client.put(Kind.VECTOR, c.key("vector"), data, dtype="float32", shape=(16, 768))
 
 
 def _put_cold(c: Ctx) -> None:
     data = c.rng.randbytes(32 * KiB)
-    c.client.put(Kind.BLOB, c.own_key(50) + "-cold", data, profile=Profile(preferred_tier=Tier.SSD))
+    c.client.put(Kind.BLOB, c.key("cold"), data, profile=Profile(preferred_tier=Tier.SSD))
 
 
 def _stat(c: Ctx) -> None:
@@ -110,8 +118,10 @@ def _list(c: Ctx) -> None:
         pass
 
 
-def _delete(c: Ctx) -> None:
-    c.client.delete(Kind.SCRATCH, c.own_key())
+def _delete_and_put(c: Ctx) -> None:
+    key = c.key("small")
+    c.client.delete(Kind.SCRATCH, key)
+    c.client.put(Kind.SCRATCH, key, c.rng.randbytes(200))
 
 
 #: (operation name, weight, function)
@@ -126,14 +136,22 @@ WORKLOADS: list[tuple[str, int, Callable[[Ctx], None]]] = [
     ("put vector 48K", 4, _put_vector),
     ("put blob cold (SSD)", 3, _put_cold),
     ("list 50", 3, _list),
-    ("delete", 4, _delete),
+    ("delete and put again", 4, _delete_and_put),
 ]
+#: What each client writes before the run: (family, put function).
+POPULATE = [("small", _put_small), ("blob", _put_blob), ("cold", _put_cold),
+            ("kv", _put_kv), ("vector", _put_vector)]  # fmt: skip
 
 
 def _client_proc(
-    address: str, first: int, threads: int, seconds: float, think_s: float, out: Any
-) -> None:
-    deadline = time.monotonic() + seconds
+    address: str, first: int, threads: int, seconds: float, think_s: float,
+    out: Any, ready: Any, go: Any,
+) -> None:  # fmt: skip
+    """``threads`` clients: populate their keys, report ready, wait for ``go``,
+    run for ``seconds``, put their latencies and errors on ``out``."""
+    populated = threading.Event()
+    all_populated = threading.Barrier(threads + 1)
+    deadline = float("inf")
     lat: dict[str, list[float]] = {name: [] for name, _, _ in WORKLOADS}
     errors: dict[str, int] = {}
     samples: list[str] = []
@@ -144,6 +162,13 @@ def _client_proc(
         rng = random.Random(first + i)
         with Client(address, timeout_s=60) as client:
             ctx = Ctx(client, rng, f"c{first + i}")
+            for family, put in POPULATE:
+                for n in range(SPAN[family]):
+                    ctx.fixed = n
+                    put(ctx)
+            ctx.fixed = None
+            all_populated.wait()
+            populated.wait()
             mine: dict[str, list[float]] = {name: [] for name, _, _ in WORKLOADS}
             while time.monotonic() < deadline:
                 name, _w, fn = rng.choices(WORKLOADS, weights)[0]
@@ -164,6 +189,11 @@ def _client_proc(
     pool = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
     for t in pool:
         t.start()
+    all_populated.wait()
+    ready.put(first)
+    go.wait()
+    deadline = time.monotonic() + seconds
+    populated.set()
     for t in pool:
         t.join()
     out.put({"lat": lat, "errors": errors, "samples": samples})
@@ -215,19 +245,22 @@ def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
         for i in range(HOT_KEYS):
             c.put(Kind.SCRATCH, f"hot-{i}", rng.randbytes(SMALL))
     ctx = mp.get_context("spawn")
-    out = ctx.Queue()
+    out, ready, go = ctx.Queue(), ctx.Queue(), ctx.Event()
     per = [args.clients // args.procs + (i < args.clients % args.procs) for i in range(args.procs)]
     firsts = [sum(per[:i]) for i in range(args.procs)]
     procs = [
         ctx.Process(
             target=_client_proc,
-            args=(address, firsts[i], per[i], args.seconds, args.think_ms / 1000, out),
+            args=(address, firsts[i], per[i], args.seconds, args.think_ms / 1000, out, ready, go),
         )
         for i in range(args.procs)
     ]
-    started = time.monotonic()
     for p in procs:
         p.start()
+    for _ in procs:  # every client has written its keys: the working set is complete
+        ready.get(timeout=1800)
+    go.set()
+    started = time.monotonic()
     memory: list[tuple[float, int]] = []
     results = []
     while len(results) < len(procs):
@@ -267,11 +300,12 @@ def _report(
         }
         for name, v in lat.items()
     }
-    # Memory: compare the start and the end of the last 80 % of the run.
-    after = [m for t, m in memory if t >= 0.2 * elapsed]
-    window = max(1, len(after) // 10)
-    head = sorted(after[:window])[len(after[:window]) // 2] if after else 0
-    tail = sorted(after[-window:])[len(after[-window:]) // 2] if after else 0
+    # Memory: the median of the first and of the last quarter of the last 80 %
+    # of the run (medians: RSS breathes with memtables and gRPC buffers).
+    after = [m for t, m in memory if 0.2 * args.seconds <= t <= args.seconds]
+    quarter = max(1, len(after) // 4)
+    head = statistics.median(after[:quarter]) if after else 0
+    tail = statistics.median(after[-quarter:]) if after else 0
     growth = (tail - head) / head * 100 if head else float("nan")
     step = max(1, len(memory) // 120)
     n_errors = sum(errors.values())
