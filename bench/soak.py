@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,17 @@ def _client_proc(
     out.put({"lat": lat, "errors": errors, "samples": samples})
 
 
+def _catalog_memory(url: str) -> tuple[int, int]:
+    """(memtables, block cache) bytes from the daemon's tiermem_catalog_memory_bytes."""
+    parts = {"memtables": 0, "block_cache": 0}
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith("tiermem_catalog_memory_bytes{"):
+                part = line.split('part="', 1)[1].split('"', 1)[0]
+                parts[part] = int(float(line.rsplit(" ", 1)[1]))
+    return parts["memtables"], parts["block_cache"]
+
+
 def _rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -218,7 +230,7 @@ def main() -> int:
         config.write_text(CONFIG)
         cmd = [
             sys.executable, "-m", "tiermem.cli.main", "serve", "--data-dir", f"{tmp}/data",
-            "--listen", "127.0.0.1:0", "--metrics-listen", "", "--config", str(config),
+            "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--config", str(config),
         ]  # fmt: skip
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=REPO)
         try:
@@ -233,12 +245,14 @@ def main() -> int:
 
 def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
     assert proc.stdout is not None
-    address = ""
+    address = metrics_url = ""
     for line in proc.stdout:
         if line.startswith("listening on "):
             address = line.split()[-1]
+        elif line.startswith("metrics on "):
+            metrics_url = line.split()[-1]
             break
-    if not address:
+    if not address or not metrics_url:
         raise RuntimeError("tiermem did not start")
     with Client(address) as c:
         rng = random.Random(0)
@@ -262,9 +276,12 @@ def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
     go.set()
     started = time.monotonic()
     memory: list[tuple[float, int]] = []
+    catalog: list[tuple[float, int, int]] = []
     results = []
     while len(results) < len(procs):
-        memory.append((round(time.monotonic() - started, 1), _rss_bytes(proc.pid)))
+        t = round(time.monotonic() - started, 1)
+        memory.append((t, _rss_bytes(proc.pid)))
+        catalog.append((t, *_catalog_memory(metrics_url)))
         try:
             results.append(out.get(timeout=1.0))
         except Exception:
@@ -272,13 +289,14 @@ def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
     for p in procs:
         p.join(30)
     elapsed = time.monotonic() - started
-    return _report(args, results, memory, elapsed)
+    return _report(args, results, memory, catalog, elapsed)
 
 
 def _report(
     args: argparse.Namespace,
     results: list[dict[str, Any]],
     memory: list[tuple[float, int]],
+    catalog: list[tuple[float, int, int]],
     elapsed: float,
 ) -> int:
     lat: dict[str, list[float]] = {name: [] for name, _, _ in WORKLOADS}
@@ -328,6 +346,12 @@ def _report(
             "end": round(tail / MiB, 1),
             "max": round(max((m for _, m in memory), default=0) / MiB, 1),
             "timeline": [(t, round(m / MiB, 1)) for t, m in memory[::step]],
+        },
+        "catalog_memory_mib": {
+            "note": "RocksDB memtables (bounded to 64 MiB) and block cache (64 MiB), part of RSS",
+            "timeline": [
+                (t, round(mt / MiB, 1), round(bc / MiB, 1)) for t, mt, bc in catalog[::step]
+            ],
         },
         "note": "2-core development machine shared with other work; clients and daemon share "
         "the cores. The lead reruns on a quiet machine.",

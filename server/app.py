@@ -125,6 +125,7 @@ class Daemon:
         for name in cfg.namespaces:
             catalog.ensure_namespace(name)
         self.metrics.watch_state(self.admin.usage_snapshot)
+        self.metrics.watch_catalog_memory(self._rocks.memory_bytes)
         self._background = BackgroundWorker(
             cfg.background, self.mover, self.expirer, self.objects.pressure
         )

@@ -62,6 +62,21 @@ class _StateCollector(Collector):
         return [cap, used, objs, obj_bytes]
 
 
+class _CatalogMemoryCollector(Collector):
+    def __init__(self, snapshot: Callable[[], dict[str, int]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "tiermem_catalog_memory_bytes",
+            "Memory RocksDB holds for the catalog, by part (memtables, block cache).",
+            labels=["part"],
+        )
+        for part, value in self._snapshot().items():
+            family.add_metric([part], value)
+        return [family]
+
+
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -138,6 +153,10 @@ class Metrics:
             "Bytes held by requests in progress (against limits.max_inflight_bytes).",
             registry=r,
         )
+
+    def watch_catalog_memory(self, snapshot: Callable[[], dict[str, int]]) -> None:
+        """Export the catalog's memory (memtables, block cache) at scrape time."""
+        self.registry.register(_CatalogMemoryCollector(snapshot))
 
     def watch_state(self, snapshot: Callable[[], TierUsage]) -> None:
         """Register the scrape-time collector of tier and object gauges."""

@@ -106,7 +106,7 @@ class RocksStore:
             raise FileNotFoundError(f"no catalog at {path}")
         self._path = path
         names = list(COLUMN_FAMILIES) + list(extra_column_families)
-        cache = Cache(BLOCK_CACHE_BYTES)
+        cache = self._cache = Cache(BLOCK_CACHE_BYTES)
         opts = _options(cache)
         self._db = Rdict(
             str(path),
@@ -214,6 +214,16 @@ class RocksStore:
             self._db.flush_wal(True)
         except Exception as exc:
             raise _storage_error("sync", exc) from None
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Memory RocksDB holds now: memtables of every column family, block cache."""
+        memtables = 0
+        with self._lock:
+            if self._closed:
+                return {}
+            for cf in self._cfs.values():
+                memtables += int(cf.property_int_value("rocksdb.cur-size-all-mem-tables") or 0)
+        return {"memtables": memtables, "block_cache": int(self._cache.get_usage())}
 
     def flush_memtables(self) -> None:
         """Write memtables to SST files (shorter WAL replay at the next start)."""
