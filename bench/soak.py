@@ -374,6 +374,7 @@ def _report(
                 (t, round(mt / MiB, 1), round(bc / MiB, 1)) for t, mt, bc in catalog[::step]
             ],
         },
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "note": "2-core development machine shared with other work; clients and daemon share "
         "the cores. The lead reruns on a quiet machine.",
     }
