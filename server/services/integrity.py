@@ -168,12 +168,12 @@ def check_offline(
             report.objects_checked += 1
             try:
                 rec = records.decode(raw)
-                _v, _k, _f, _r, _ns, _r1, seg, seg_off, size, checksum, _e = (
-                    records.HEADER.unpack_from(raw)
-                )
+                head = records.headers([raw])[0]  # named fields: robust to header growth
             except Corrupted as exc:
                 report.add(Damage(_name(encoded), exc.message, "catalog"), listed)
                 continue
+            seg, seg_off = int(head["seg"]), int(head["seg_off"])
+            size, checksum = int(head["size"]), int(head["checksum"])
             if not rec.on_ssd or seg == SEG_NONE:
                 continue  # lived in memory only: nothing on disk to check
             if seg >= 0:
