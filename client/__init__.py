@@ -5,18 +5,21 @@ Light dependencies only (grpcio, protobuf, numpy); torch is used if installed
 This package never imports server code.
 """
 
+from tiermem.client._transport import TlsOptions
 from tiermem.client.aio import AsyncClient
 from tiermem.client.blobs import BlobClient, BlobHit, BlobInfo, BlobStats, UploadStatus
 from tiermem.client.errors import (
     AlreadyExistsError,
     CapacityError,
     ChecksumError,
+    DeadlineError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     TiermemClientError,
     UnavailableError,
 )
+from tiermem.client.integrity import CheckResult, DamagedObject
 from tiermem.client.kv import FetchedBlock, KvBlock, KvClient, KvScope, PrefixHit, StoredBlock
 from tiermem.client.operators import OperatorInfo
 from tiermem.client.placement import PlacementClient
@@ -60,6 +63,7 @@ __all__ = [
     "BlobInfo",
     "BlobStats",
     "CapacityError",
+    "CheckResult",
     "ChecksumError",
     "Client",
     "CloseResult",
@@ -67,6 +71,8 @@ __all__ = [
     "Condition",
     "CostLine",
     "CostReport",
+    "DamagedObject",
+    "DeadlineError",
     "Durability",
     "FetchedBlock",
     "Grant",
@@ -103,6 +109,7 @@ __all__ = [
     "TierCost",
     "TierStats",
     "TiermemClientError",
+    "TlsOptions",
     "UnavailableError",
     "UploadStatus",
     "VectorClient",

@@ -96,9 +96,26 @@ class BlobCatalog:
         self._uid = _U64.unpack(raw)[0] if raw else 0
         self._seq = 0
         self.journal_pending = 0
+        #: namespace -> [blobs, logical bytes] (namespace quotas count blobs too)
+        self._ns_usage: dict[str, list[int]] = {}
+        for _, raw in rocks.scan(BLOBS):
+            r = rec_pb.BlobRecord.FromString(raw)
+            self._count(r.namespace, 1, r.size_bytes)
         for key, _ in rocks.scan(JOURNAL):
             self._seq = _SEQ.unpack(key)[0]
             self.journal_pending += 1
+
+    def _count(self, namespace: str, blobs: int, nbytes: int) -> None:
+        usage = self._ns_usage.setdefault(namespace, [0, 0])
+        usage[0] += blobs
+        usage[1] += nbytes
+        if usage[0] <= 0:
+            del self._ns_usage[namespace]
+
+    def namespace_usage(self, namespace: str) -> tuple[int, int]:
+        """(blobs, logical bytes) ``namespace`` holds."""
+        usage = self._ns_usage.get(namespace)
+        return (usage[0], usage[1]) if usage is not None else (0, 0)
 
     # -- reads ------------------------------------------------------------------------
     def blob(self, key: bytes) -> rec_pb.BlobRecord | None:
@@ -156,6 +173,7 @@ class BlobCatalog:
                 freed = self._unref(batch, old)
             self.totals.blobs -= 1
             self.totals.logical_bytes -= old.size_bytes
+            self._count(old.namespace, -1, -old.size_bytes)
         if old is None or old.sha256 != record.sha256:
             content = new_content if new_content is not None else self.content(record.sha256)
             if content is None:
@@ -170,6 +188,7 @@ class BlobCatalog:
             batch.put(CONTENTS, record.sha256, content.SerializeToString())
         self.totals.blobs += 1
         self.totals.logical_bytes += record.size_bytes
+        self._count(record.namespace, 1, record.size_bytes)
         batch.put(BLOBS, key, record.SerializeToString())
         if record.session:
             batch.put(BY_SESSION, _session_key(record.session, key), b"")
@@ -192,6 +211,7 @@ class BlobCatalog:
         freed = self._unref(batch, old)
         self.totals.blobs -= 1
         self.totals.logical_bytes -= old.size_bytes
+        self._count(old.namespace, -1, -old.size_bytes)
         self._journal(batch, key, [old.uid])
         self._write(batch)
         return Change(old, freed)

@@ -325,7 +325,36 @@ class UploadTable:
                 upload.touched = time.monotonic()
                 upload.lock.release()
 
+    def settled(self, upload_id: str, caller: str) -> Upload:
+        """The upload once a stream still writing it (one whose client died, say)
+        has ended, so its acknowledged offset is final; else as it stands."""
+        upload = self.get(upload_id, caller)
+        if upload.lock.acquire(timeout=BUSY_WAIT_S):
+            upload.lock.release()
+        return upload
+
+    def check_offset(self, upload: Upload, offset: int) -> None:
+        """Raise unless a stream may start at ``offset`` (see ``resume_at``)."""
+        if not upload.durable <= offset <= max(upload.received, upload.durable):
+            raise OutOfRange(
+                f"upload {upload.upload_id} continues at offset {upload.received} "
+                f"(acknowledged {upload.durable}), not {offset}: resume from "
+                "acknowledged_offset (GetUpload)"
+            )
+
     def resume_at(self, upload: Upload, offset: int) -> None:
+        """Continue at ``offset`` (the upload held by ``writing``): where it stands,
+        or back at any point since the acknowledged offset — bytes received after
+        it were never acknowledged, so a client resuming from there sends them again."""
+        if upload.durable <= offset < upload.received:
+            upload.received = offset
+            upload.flushed = min(upload.flushed, offset)
+            upload.head = bytearray()
+            upload._hasher = None  # rebuilt from the staging file up to ``offset``
+            if upload.pipe is not None:
+                upload.pipe.close()
+                upload.pipe = HashPipe(upload.hasher())
+            return
         if offset != upload.received:
             raise OutOfRange(
                 f"upload {upload.upload_id} continues at offset {upload.received} "

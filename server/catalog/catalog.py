@@ -124,6 +124,8 @@ class Catalog:
         self.sessions = SessionIds()
         self.on_access: AccessHook | None = None
         self.namespaces: dict[str, int] = {}
+        #: [namespace id] -> (objects, bytes) of live objects: quotas read it.
+        self.ns_usage = np.zeros((1 << 16, 2), dtype=np.int64)
         for name, raw in rocks.scan("namespaces"):
             self.namespaces[name.decode()] = int.from_bytes(raw[:2], "little")
 
@@ -154,6 +156,14 @@ class Catalog:
                 "or list it under `namespaces` in the config"
             )
         return ns_id
+
+    def namespace_usage(self, name: str) -> tuple[int, int]:
+        """(objects, bytes) the namespace holds now (0, 0 if unknown)."""
+        ns_id = self.namespaces.get(name)
+        if ns_id is None:
+            return 0, 0
+        objects, nbytes = self.ns_usage[ns_id]
+        return int(objects), int(nbytes)
 
     # -- rows -------------------------------------------------------------------
     def find(self, encoded_key: bytes) -> Entry | None:
@@ -186,9 +196,14 @@ class Catalog:
         seg_off: int,
     ) -> int:
         row = self.index.find(encoded_key)
+        c = self.index.cols
+        ns_id = self.namespaces.get(meta.key.namespace, 0)
         if row is None:
             row = self.index.insert(encoded_key)
-        c = self.index.cols
+            self.ns_usage[ns_id, 0] += 1
+        else:
+            self.ns_usage[ns_id, 1] -= int(c["size"][row])
+        self.ns_usage[ns_id, 1] += meta.size_bytes
         now = time.time()
         old_flags = int(c["flags"][row])
         flags = old_flags & 1  # keep FLAG_LIVE
@@ -200,7 +215,7 @@ class Catalog:
         flags |= (hint << HINT_SHIFT) & HINT_MASK
         c["flags"][row] = flags
         c["kind"][row] = kind
-        c["ns"][row] = self.namespaces.get(meta.key.namespace, 0)
+        c["ns"][row] = ns_id
         c["size"][row] = meta.size_bytes
         c["checksum"][row] = meta.checksum
         c["expires"][row] = meta.expires_unix_ms
@@ -272,6 +287,10 @@ class Catalog:
 
     def remove_row(self, encoded_key: bytes) -> None:
         row = self.index.remove(encoded_key)
+        c = self.index.cols
+        ns_id = int(c["ns"][row])
+        self.ns_usage[ns_id, 0] -= 1
+        self.ns_usage[ns_id, 1] -= int(c["size"][row])
         self.resident_keys.pop(row, None)
         self.recent_keys.pop(row, None)
         sess = self.index.cols["sess"]

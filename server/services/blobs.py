@@ -44,6 +44,7 @@ import numpy as np
 from tiermem.server.blobs.blocks import aligned_range, sums_slice
 from tiermem.server.blobs.cache import HotCache, cache_key
 from tiermem.server.blobs.catalog import BlobCatalog, Freed, blob_key, now_ms
+from tiermem.server.blobs.embedder import blob_embedder, no_embedder_message
 from tiermem.server.blobs.hashing import SHA256_BYTES, digest_of
 from tiermem.server.blobs.index import SearchIndex, where_clause
 from tiermem.server.blobs.lance_payloads import LancePayloads
@@ -79,6 +80,8 @@ from tiermem.server.errors import (
 )
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Profile, Tier, validate_namespace
+from tiermem.server.services.guard import Role
+from tiermem.server.services.guard import Ticket as Admission
 from tiermem.server.services.objects import ObjectService
 from tiermem.server.services.periodic import Periodic
 from tiermem.server.sessions import cleanup
@@ -153,7 +156,7 @@ class BlobService:
         self.store = objects.store
         self.metrics = metrics
         self.sessions = sessions
-        self.embedder = embedder if config.text_embedding else None
+        self.embedder = blob_embedder(config.text_embedder, embedder)
         self.text_space = f"text.{self.embedder.name}" if self.embedder is not None else ""
         self._list_page_max = list_page_max
         self.root = data_dir / "blobs"
@@ -180,6 +183,8 @@ class BlobService:
             forget=self.catalog.delete_upload,
         )
         self.cache = HotCache(objects, config)
+        self.guard = self.store.guard
+        self.guard.add_usage_source(self.catalog.namespace_usage)
         self.dataplane: DataPlane | None = None
         self._changes = 0
         self._threads: list[Periodic] = []
@@ -259,9 +264,11 @@ class BlobService:
         *,
         write: bool = False,
     ) -> None:
-        """Raise unless ``caller`` (a session, "" = a trusted tool) may use
-        ``namespace`` — and, given ``record``, read it (or change it, ``write``)."""
+        """Raise unless the principal holds the role (READ, or WRITE with ``write``)
+        on ``namespace`` and ``caller`` (a session, "" = a trusted tool) may use it —
+        and, given ``record``, read it (or change it, ``write``)."""
         validate_namespace(namespace)
+        self.guard.authorize(namespace, Role.WRITE if write else Role.READ)
         with self.store.lock:
             self.store.catalog.namespace_id(namespace)
         if record is None or not caller:
@@ -275,6 +282,32 @@ class BlobService:
             session=record.session,
         )
         self.objects.guard.check_access(meta, caller, write)
+
+    def _reading(self, namespace: str) -> Admission:
+        """The guard's admission of a read on ``namespace`` (per-namespace RPC limits)."""
+        validate_namespace(namespace)
+        return self.guard.admit(namespace, Role.READ)
+
+    def _writing(self, spec: BlobSpec, held_bytes: int) -> Admission:
+        """The guard's admission of a put: namespace quotas (blobs count with the
+        objects), session quotas, and ``held_bytes`` against the in-flight budget."""
+        validate_namespace(spec.namespace)
+        old = self.catalog.blob(blob_key(spec.namespace, spec.key))
+        return self.guard.admit(
+            spec.namespace,
+            Role.WRITE,
+            put_bytes=spec.size_bytes,
+            replaced_bytes=int(old.size_bytes) if old is not None else 0,
+            new_objects=0 if old is not None else 1,
+            session=spec.session,
+            held_bytes=held_bytes,
+        )
+
+    def _upload(self, upload_id: str, caller: str) -> Upload:
+        """An upload in progress, once the principal may write its namespace."""
+        upload = self.uploads.get(upload_id, caller)
+        self.guard.authorize(upload.header.ref.namespace, Role.WRITE)
+        return upload
 
     def _owner(self, spec: BlobSpec, caller: str) -> BlobSpec:
         """The session that will own the blob: a session caller puts only as itself."""
@@ -312,6 +345,10 @@ class BlobService:
     def begin_upload(self, spec: BlobSpec, caller: str, data: bytes | None = None) -> UploadState:
         """Announce an upload; finishes at once for inline data or a known content."""
         spec = self._prepare(spec, caller)
+        with self._writing(spec, len(data) if data is not None else 0):
+            return self._begin(spec, caller, data)
+
+    def _begin(self, spec: BlobSpec, caller: str, data: bytes | None) -> UploadState:
         if data is not None:
             if len(data) != spec.size_bytes:
                 raise InvalidArgument(
@@ -343,7 +380,7 @@ class BlobService:
 
     def _prepare(self, spec: BlobSpec, caller: str) -> BlobSpec:
         spec = checked_spec(spec, self.config)
-        self._admit(spec.namespace, caller)
+        self._admit(spec.namespace, caller, write=True)
         spec = self._owner(spec, caller)
         self._check_replace(spec, caller)
         self._check_spaces(spec.embeddings)
@@ -384,12 +421,14 @@ class BlobService:
         )
 
     def upload_status(self, upload_id: str, caller: str) -> UploadState:
-        return self._state(self.uploads.get(upload_id, caller))
+        self._upload(upload_id, caller)
+        return self._state(self.uploads.settled(upload_id, caller))
 
     def upload_stream(
         self, upload_id: str, offset: int, chunks: Iterator[bytes], caller: str
     ) -> UploadState:
         """Write a stream of chunks from ``offset``; durable when this returns."""
+        self._upload(upload_id, caller)
         with self.uploads.writing(upload_id, caller) as upload:
             self.uploads.resume_at(upload, offset)
             n = 0
@@ -404,8 +443,8 @@ class BlobService:
     def begin_bulk_upload(self, owner: str, upload_id: str, offset: int, caller: str) -> Ticket:
         """A bulk ticket to send bytes [offset, size) of an upload over TCP."""
         dataplane = self._bulk_plane()
-        upload = self.uploads.get(upload_id, caller)
-        self.uploads.resume_at(upload, offset)
+        upload = self._upload(upload_id, caller)
+        self.uploads.check_offset(upload, offset)
         nbytes = upload.size - offset
 
         def run(channel: Channel) -> None:
@@ -426,6 +465,7 @@ class BlobService:
         return dataplane
 
     def abort_upload(self, upload_id: str, caller: str) -> bool:
+        self._upload(upload_id, caller)
         aborted = self.uploads.abort(upload_id, caller)
         self.metrics.blob_uploads_active.set(len(self.uploads))
         return aborted
@@ -437,6 +477,7 @@ class BlobService:
                 f"sha256 must be {SHA256_BYTES} bytes (the hash of the whole blob), "
                 f"got {len(sha256)}"
             )
+        self._upload(upload_id, caller)
         with self.uploads.writing(upload_id, caller) as upload:
             if upload.received != upload.size:
                 raise FailedPrecondition(
@@ -455,9 +496,10 @@ class BlobService:
             upload.close()
             head = bytes(upload.head)
             try:
-                state = self._commit(
-                    spec, digest, sums, upload.path, upload.caller, upload_id, head
-                )
+                with self._writing(spec, 0):
+                    state = self._commit(
+                        spec, digest, sums, upload.path, upload.caller, upload_id, head
+                    )
             except BaseException:
                 self.uploads.finish(upload, "failed")
                 raise
@@ -636,12 +678,13 @@ class BlobService:
 
     # -- download -------------------------------------------------------------------------
     def _find(self, namespace: str, key: str, caller: str) -> rec_pb.BlobRecord:
-        self._admit(namespace, caller)
-        record = self.catalog.blob(blob_key(namespace, key))
-        if record is None:
-            raise NotFound(f"blob {namespace}/{key} not found")
-        self._admit(namespace, caller, record)
-        return record
+        with self._reading(namespace):
+            self._admit(namespace, caller)
+            record = self.catalog.blob(blob_key(namespace, key))
+            if record is None:
+                raise NotFound(f"blob {namespace}/{key} not found")
+            self._admit(namespace, caller, record)
+            return record
 
     def _content(self, record: rec_pb.BlobRecord) -> rec_pb.ContentRecord:
         content = self.catalog.content(record.sha256)
@@ -703,6 +746,12 @@ class BlobService:
                 f"{record.namespace}/{record.key} of {size} bytes"
             )
         content = self._content(record)
+        if content.damaged:
+            raise Corrupted(
+                f"blob {record.namespace}/{record.key}: its stored bytes are damaged (they "
+                "failed their checksum) and are not served. Upload the same bytes again "
+                "to repair it"
+            )
         block = int(content.block_bytes)
         rng = aligned_range(offset, length, size, block)
         sums = sums_slice(bytes(content.block_xxh3), rng.first_block, rng.blocks)
@@ -854,9 +903,9 @@ class BlobService:
 
     def delete(self, namespace: str, key: str, caller: str) -> tuple[bool, bool]:
         """(deleted, the content's last reference went with it)."""
-        self._admit(namespace, caller)
+        self._admit(namespace, caller, write=True)
         bkey = blob_key(namespace, key)
-        with self._lock:
+        with self.guard.admit(namespace, Role.WRITE), self._lock:
             record = self.catalog.blob(bkey)
             if record is None:
                 return False, False
@@ -868,6 +917,12 @@ class BlobService:
         return True, change.freed is not None
 
     def list_blobs(
+        self, namespace: str, flt: Filter, page_size: int, page_token: str, caller: str
+    ) -> tuple[list[BlobInfo], str]:
+        with self._reading(namespace):
+            return self._list(namespace, flt, page_size, page_token, caller)
+
+    def _list(
         self, namespace: str, flt: Filter, page_size: int, page_token: str, caller: str
     ) -> tuple[list[BlobInfo], str]:
         self._admit(namespace, caller)
@@ -916,6 +971,20 @@ class BlobService:
         """The ``k`` blobs nearest the query, filtered; a text query is embedded by
         the daemon's text embedder and searched in its space."""
         self._admit(namespace, caller)
+        with self._reading(namespace):
+            return self._search(namespace, vector_values, space, text, k, flt, metric, caller)
+
+    def _search(
+        self,
+        namespace: str,
+        vector_values: Sequence[float] | np.ndarray[Any, Any] | None,
+        space: str,
+        text: str | None,
+        k: int,
+        flt: Filter,
+        metric: int,
+        caller: str,
+    ) -> list[SearchHit]:
         if k > self.config.max_k:
             raise InvalidArgument(f"k={k} exceeds the limit of {self.config.max_k} (blobs.max_k)")
         k = k or 10
@@ -923,10 +992,7 @@ class BlobService:
             raise InvalidArgument(f"unknown metric {metric}")
         if text is not None:
             if self.embedder is None:
-                raise FailedPrecondition(
-                    "this daemon has no text embedder for blobs (blobs.text_embedding is off); "
-                    "search with a vector"
-                )
+                raise FailedPrecondition(no_embedder_message(self.config.text_embedder))
             if not text.strip():
                 raise InvalidArgument("the query text is empty")
             space = self.text_space

@@ -14,11 +14,14 @@ from dataclasses import dataclass, field
 
 from tiermem.placement import TierState
 from tiermem.server.catalog.catalog import Catalog, Entry
-from tiermem.server.catalog.index import SEG_NONE
+from tiermem.server.catalog.index import SEG_INLINE, SEG_NONE
 from tiermem.server.config import Config
 from tiermem.server.errors import Corrupted, InvariantViolation, NotFound, Unavailable
+from tiermem.server.faults import Faults
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import ObjectKey, Tier
+from tiermem.server.services.damage import DamageLog
+from tiermem.server.services.guard import Guard
 from tiermem.server.services.leases import Leases
 from tiermem.server.tiers.base import MemoryTierEngine, TierEngine
 from tiermem.server.tiers.ssd import SsdEngine
@@ -50,10 +53,17 @@ class Store:
         self.metrics = metrics
         self.lock = threading.RLock()
         self.leases = Leases(self._free_memory)
+        #: Access control and limits: every service calls ``guard.admit(namespace, role)``.
+        self.guard = Guard(config.limits, catalog, metrics)
+        #: Objects known to be damaged (served as DATA_LOSS, listed by fsck).
+        self.damage = DamageLog(metrics)
+        #: Crash points for kill-9 tests (inert unless configured).
+        self.faults = Faults(config.faults)
+        ssd.segments.faults = self.faults
 
-    def report_corruption(self, where: str, message: str) -> None:
-        self.metrics.checksum_failures.labels(where).inc()
-        log.error("data damaged, not served: %s", message)
+    def report_damage(self, encoded_key: bytes, entry: Entry, message: str) -> None:
+        where = "inline" if entry.seg == SEG_INLINE else "segment"
+        self.damage.add(encoded_key, where, message)
 
     def _free_memory(self, tier: Tier, location: int, size: int) -> None:
         self.memory[tier].free(location, size)
@@ -100,6 +110,7 @@ class Store:
         batch.commit(sync=False)
         for encoded_key, entry in victims:
             self.catalog.remove_row(encoded_key)
+            self.damage.discard(encoded_key)
             if entry.tier in self.memory:
                 self.leases.free(entry.tier, entry.loc, entry.size)
         return sum(entry.size for _, entry in victims)
@@ -146,12 +157,18 @@ class Store:
                     on_found(entry)
                 if entry.tier in self.memory:
                     return entry, self.lease_memory(entry)
+            # The SSD read buffer counts against limits.max_inflight_bytes until released.
+            ticket = self.guard.reserve_bytes(entry.size)
             try:
-                return entry, ValueRead(self.read_ssd(encoded_key, entry))
+                return entry, ValueRead(self.read_ssd(encoded_key, entry), ticket.release)
             except Corrupted as exc:
+                ticket.release()
                 with self.lock:
                     now = self.catalog.find(encoded_key)
                     if now is not None and now.same_copy(entry):
-                        self.report_corruption("ssd", exc.message)
+                        self.report_damage(encoded_key, entry, exc.message)
                         raise
+            except BaseException:
+                ticket.release()
+                raise
         raise Unavailable(f"object {ObjectKey.decode(encoded_key)} kept moving during the read")
