@@ -300,6 +300,17 @@ class _Sink:
         elif self._file is not None:
             self._file.write(view)
 
+    def direct(self, nbytes: int) -> memoryview | None:
+        """The destination memory for the next ``nbytes`` when the caller gave a
+        buffer (received into in place, then ``accept``-ed), else None."""
+        if self._into is None or self.written + nbytes > len(self._into):
+            return None
+        return self._into[self.written : self.written + nbytes]
+
+    def accept(self, nbytes: int) -> None:
+        """``nbytes`` were written in place (see ``direct``)."""
+        self.written += nbytes
+
     def rewind(self) -> None:
         """Forget what was written (a path switch after a partial transfer)."""
         if not self.written:
@@ -361,6 +372,7 @@ class _Delivery:
         self._sums = np.frombuffer(header.block_xxh3, dtype="<u8")
         self._lo = int(header.offset)
         self._hi = self._lo + int(header.length)
+        self._in_place = False
         self.reset()
 
     def reset(self) -> None:
@@ -407,6 +419,14 @@ class _Delivery:
         self._deliver(self._pos, piece)
         self._pos += len(piece)
 
+    def direct(self) -> memoryview | None:
+        """Where the whole aligned range may be received in place (the sink's own
+        buffer), when the range needs no trimming; else None."""
+        h = self.header
+        if h.aligned_offset != h.offset or h.aligned_length != h.length or self._partial:
+            return None
+        return self._sink.direct(int(h.length))
+
     def _deliver(self, start: int, view: memoryview) -> None:
         lo = max(self._lo - start, 0)
         hi = min(self._hi - start, len(view))
@@ -414,9 +434,20 @@ class _Delivery:
             part = view[lo:hi]
             if self._sha is not None:
                 self._sha.update(part)
-            self._sink.write(part)
+            if self._in_place:
+                self._sink.accept(len(part))
+            else:
+                self._sink.write(part)
             if self._progress is not None:
                 self._progress(len(part))
+
+    def feed_in_place(self, view: memoryview) -> None:
+        """Verify bytes already received into the sink's memory (``direct``)."""
+        self._in_place = True
+        try:
+            self.feed(view)
+        finally:
+            self._in_place = False
 
     def done(self) -> None:
         if self._partial:
@@ -899,6 +930,19 @@ class BlobClient:
     def _from_bulk(self, ticket: Any, delivery: _Delivery) -> None:
         header = delivery.header
         nbytes = int(header.aligned_length)
+        direct = delivery.direct()
+        if direct is not None:  # into the caller's buffer: no copy, verified in place
+            units = [direct[i : i + RECV_UNIT_BYTES] for i in range(0, nbytes, RECV_UNIT_BYTES)]
+            try:
+                self._dp.bulk_pool.get(self._dp.bulk_target(ticket.address), ticket.ticket_id,
+                                       units)  # fmt: skip
+            except BulkBroken:
+                raise _Fallback() from None
+            for unit in units:
+                delivery.feed_in_place(unit)
+            delivery.done()
+            self._dp.count("bulk", gets=1, nbytes=int(header.length))
+            return
         buf = memoryview(bytearray(min(RECV_UNIT_BYTES, max(nbytes, 1))))
         try:
             self._dp.bulk_pool.recv_stream(

@@ -57,6 +57,9 @@ class VerifiedReader:
         unit = min(self._unit, max(rng.aligned_length, 1))
         end = rng.aligned_offset + rng.aligned_length
         spans = [(pos, min(unit, end - pos)) for pos in range(rng.aligned_offset, end, unit)]
+        will_need = getattr(self._payload, "will_need", None)
+        if will_need is not None and len(spans) > 2:
+            will_need(rng.aligned_offset, rng.aligned_length)
         if len(spans) <= 2:
             buffers = [np.empty(unit, dtype=np.uint8).data for _ in spans]
             for (pos, n), buf in zip(spans, buffers, strict=True):

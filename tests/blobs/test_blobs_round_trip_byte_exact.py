@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.blobs.helpers import MiB, pattern, sha256_file, write_big_file
 from tiermem.client import Client
+from tiermem.client.errors import TiermemClientError
 from tiermem.server.app import Daemon
 
 GiB = 1 << 30
@@ -48,3 +51,19 @@ def test_hot_blobs_are_read_from_shared_memory(daemon: Daemon) -> None:
         assert c.blobs.get("hot.bin", path="shm") == data
         assert c.blobs.get("hot.bin", path="shm", offset=3, length=MiB) == data[3 : MiB + 3]
         assert c.path_stats()["shm"]["gets"] >= before + 2
+
+
+def test_get_into_fills_a_callers_buffer_on_every_path(client: Client) -> None:
+    data = pattern(10 * MiB + 3, seed=3)
+    client.blobs.put("into.bin", data)
+    for path in ("bulk", "grpc", None):
+        buf = bytearray(len(data) + 5)
+        n, info = client.blobs.get_into("into.bin", buf, path=path)
+        assert (n, info.size_bytes) == (len(data), len(data))
+        assert buf[:n] == data and buf[n:] == b"\0" * 5
+        view = memoryview(bytearray(MiB))
+        n, _ = client.blobs.get_into("into.bin", view, offset=MiB + 1, length=MiB, path=path)
+        assert n == MiB and view == data[MiB + 1 : 2 * MiB + 1]
+    with pytest.raises(TiermemClientError) as err:
+        client.blobs.get_into("into.bin", bytearray(MiB))
+    assert err.value.code == "INVALID_ARGUMENT" and "destination buffer" in err.value.message
