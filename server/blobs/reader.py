@@ -67,6 +67,17 @@ class VerifiedReader:
             return
         yield from self._read_ahead(spans, unit)
 
+    def read_into(self, buffer: memoryview) -> None:
+        """Read and verify the whole aligned range into ``buffer`` (its length),
+        unit by unit; the kernel reads the rest of a long range ahead meanwhile."""
+        rng = self._rng
+        will_need = getattr(self._payload, "will_need", None)
+        if will_need is not None:
+            will_need(rng.aligned_offset, rng.aligned_length)
+        for start in range(0, rng.aligned_length, self._unit):
+            n = min(self._unit, rng.aligned_length - start)
+            self._read(rng.aligned_offset + start, buffer[start : start + n])
+
     def _read(self, pos: int, view: memoryview) -> memoryview:
         self._payload.readinto(pos, view)
         block = self._block

@@ -839,6 +839,12 @@ class BlobService:
                 self.metrics.blob_reads.labels("cache").inc()
                 self.metrics.blob_bytes.labels("shm", "out").inc(plan.range.length)
                 return plan
+        if cached is None and "shm" in paths and plan.range.aligned_offset == 0:
+            grant = self._staged_grant(dataplane, record, content, plan, owner, lease_ttl_ms)
+            if grant is not None:
+                plan.grant = grant
+                self.metrics.blob_bytes.labels("shm", "out").inc(plan.range.length)
+                return plan
         if "bulk" in paths and dataplane.transfers.address:
             views, close = self._views(record, plan, cached)
             sent = plan.range.aligned_length
@@ -853,6 +859,39 @@ class BlobService:
         if cached is not None:
             cached.release()
         return plan
+
+    def _staged_grant(
+        self,
+        dataplane: DataPlane,
+        record: rec_pb.BlobRecord,
+        content: rec_pb.ContentRecord,
+        plan: DownloadPlan,
+        owner: str,
+        ttl_ms: int,
+    ) -> ShmGrant | None:
+        """A cold read for a client on this host: the range read and verified
+        straight into a shared-memory extent leased to it (one copy to the client
+        instead of a socket), when the arena has room; else None (bulk serves it)."""
+        shm = dataplane.shm
+        if shm.arena is None or plan.range.aligned_length < shm.arena.arena_min_bytes:
+            return None
+        verified = self._verified(record, content, plan.range)
+        ttl_s = shm.ttl_s(ttl_ms)
+        try:
+            lease = shm.stage(
+                owner, plan.range.aligned_length, Kind.BLOB, verified.read_into, ttl_s
+            )
+        except (CapacityExceeded, FailedPrecondition, InvalidArgument):
+            return None
+        finally:
+            verified.close()
+        info = shm.info()
+        if info is None:
+            shm.release(owner, [lease.lease_id])
+            return None
+        self.metrics.blob_reads.labels(_store_label(content)).inc()
+        return ShmGrant(lease.lease_id, info.arena_id, lease.offset, lease.length,
+                        int(ttl_s * 1000))  # fmt: skip
 
     def _shm_grant(
         self, dataplane: DataPlane, record: rec_pb.BlobRecord, owner: str, ttl_ms: int

@@ -40,6 +40,18 @@ def test_bulk_channel_carries_blobs_both_ways(client: Client) -> None:
     assert client.path_stats()["bulk"]["gets"] >= 2
 
 
+def test_cold_blobs_are_staged_in_shared_memory_for_local_clients(client: Client) -> None:
+    data = pattern(5 * MiB + 9, seed=5)
+    client.blobs.put("cold.bin", data)
+    assert client.blobs.get("cold.bin", path="shm") == data  # read straight into the arena
+    assert not client.blobs.stat("cold.bin").cached
+    buf = bytearray(len(data))
+    assert client.blobs.get_into("cold.bin", buf, path="shm")[0] == len(data) and buf == data
+    assert client.path_stats()["shm"]["gets"] == 2
+    # a range that does not start at 0 is not staged: the client falls back
+    assert client.blobs.get("cold.bin", offset=MiB + 1, length=10) == data[MiB + 1 : MiB + 11]
+
+
 def test_hot_blobs_are_read_from_shared_memory(daemon: Daemon) -> None:
     data = pattern(6 * MiB + 7, seed=2)
     with Client(daemon.address) as c:
