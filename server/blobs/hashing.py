@@ -74,13 +74,22 @@ class HashPipe:
     ``drain`` returns when everything submitted is hashed, re-raising a
     failure of the worker."""
 
-    def __init__(self, hasher: ContentHasher, depth: int = 4) -> None:
+    def __init__(
+        self,
+        hasher: ContentHasher,
+        depth: int = 4,
+        work: Callable[[memoryview], None] | None = None,
+        name: str = "tiermem-blob-hash",
+    ) -> None:
+        """``work``: what the worker does with each piece instead of hashing it
+        (the upload's file writer uses the same pipe)."""
         self.hasher = hasher
+        self._work = work if work is not None else hasher.update
         self._queue: queue.Queue[tuple[memoryview, Callable[[], None] | None] | None] = queue.Queue(
             depth
         )
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="tiermem-blob-hash", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
@@ -92,11 +101,14 @@ class HashPipe:
                 data, done = item
                 if self._error is None:
                     try:
-                        self.hasher.update(data)
+                        self._work(data)
                     except BaseException as exc:  # re-raised by drain/submit
                         self._error = exc
                 if done is not None:
-                    done()
+                    try:
+                        done()
+                    except BaseException as exc:  # re-raised by drain/submit
+                        self._error = self._error or exc
             finally:
                 self._queue.task_done()
 

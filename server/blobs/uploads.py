@@ -94,6 +94,9 @@ class Upload:
     head: bytearray = field(default_factory=bytearray)
     lock: threading.Lock = field(default_factory=threading.Lock)
     pipe: HashPipe | None = None  # while a stream writes: hashing on a worker thread
+    writer: HashPipe | None = None  # ... and file writes on another one
+    written: int = 0  # bytes the writer has written (while there is one)
+    checkpointing: int = 0  # offset of the last checkpoint handed to the writer
     _hasher: ContentHasher | None = None
 
     @property
@@ -141,10 +144,55 @@ class Upload:
         return self._hasher
 
     def hashed(self) -> ContentHasher:
-        """The hasher once every byte written so far is hashed."""
+        """The hasher once every byte received so far is written and hashed."""
+        if self.writer is not None:
+            self.writer.drain()
         if self.pipe is not None:
             self.pipe.drain()
         return self.hasher()
+
+    def start_stages(self) -> None:
+        """Worker threads for a stream: one writes the file, one hashes, so the
+        receiving thread only receives (the disk, the hashing and the socket
+        work at once)."""
+        self.stop_stages()
+        self.open()
+        self.written = self.checkpointing = self.received
+        self.pipe = HashPipe(self.hasher())
+        self.writer = HashPipe(self.hasher(), work=self._write_next, name="tiermem-blob-write")
+
+    def _write_next(self, data: memoryview) -> None:
+        """The writer's work: ``data`` at the next offset, then start its writeback."""
+        n, done, at = len(data), 0, self.written
+        while done < n:
+            done += os.pwrite(self.fd, data[done:], at + done)
+        self.written = at + n
+        if self.written - self.flushed >= WRITEBACK_BYTES:
+            start_writeback(self.fd, self.flushed, self.written - self.flushed)
+            self.flushed = self.written
+
+    def stop_stages(self) -> None:
+        """Wait for the workers and end them. If one failed, what was received
+        past the bytes really written is forgotten (the hasher is rebuilt from
+        the file) and the failure is raised."""
+        failed: BaseException | None = None
+        for stage in (self.writer, self.pipe):
+            if stage is None:
+                continue
+            try:
+                stage.drain()
+            except BaseException as exc:
+                failed = failed or exc
+            finally:
+                stage.close()
+        writer, self.writer, self.pipe = self.writer, None, None
+        if failed is not None:
+            if writer is not None:
+                self.received = min(self.received, self.written)
+            self.flushed = min(self.flushed, self.received)
+            self.head = bytearray()
+            self._hasher = None
+            raise failed
 
     def _keep_head(self, offset: int, data: memoryview) -> None:
         if offset < self.head_max_bytes and offset == len(self.head):
@@ -161,6 +209,13 @@ class Upload:
                 f"upload {self.upload_id}: chunk of {n} bytes at offset {self.received} runs "
                 f"past the announced size_bytes={self.size}"
             )
+        if self.writer is not None and self.pipe is not None:
+            both = _Twice(done)
+            self.writer.submit(data, both)
+            self.pipe.submit(data, both)
+            self._keep_head(self.received, data)
+            self.received += n
+            return
         hasher = self.hasher()
         self.open()
         written = 0
@@ -177,6 +232,24 @@ class Upload:
         hasher.update(data)
         if done is not None:
             done()
+
+
+class _Twice:
+    """A ``done`` callback run once both workers (writer, hasher) are done."""
+
+    __slots__ = ("_done", "_left", "_lock")
+
+    def __init__(self, done: Callable[[], None] | None) -> None:
+        self._done = done
+        self._left = 2
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last and self._done is not None:
+            self._done()
 
 
 class UploadTable:
@@ -309,16 +382,11 @@ class UploadTable:
             if self.get(upload_id, caller) is not upload:
                 raise NotFound(f"upload {upload_id} ended meanwhile")
             upload.touched = time.monotonic()
-            upload.pipe = HashPipe(upload.hasher())
+            upload.start_stages()
             yield upload
         finally:
             try:
-                pipe, upload.pipe = upload.pipe, None
-                if pipe is not None:
-                    try:
-                        pipe.drain()
-                    finally:
-                        pipe.close()
+                upload.stop_stages()
                 if upload.fd >= 0 and upload.received != upload.durable:
                     self.checkpoint(upload)
             finally:
@@ -349,11 +417,13 @@ class UploadTable:
         if upload.durable <= offset < upload.received:
             upload.received = offset
             upload.flushed = min(upload.flushed, offset)
+            restart = upload.pipe is not None
+            upload.stop_stages()  # nothing was submitted yet: cannot fail
+            upload.received = offset
             upload.head = bytearray()
             upload._hasher = None  # rebuilt from the staging file up to ``offset``
-            if upload.pipe is not None:
-                upload.pipe.close()
-                upload.pipe = HashPipe(upload.hasher())
+            if restart:
+                upload.start_stages()
             return
         if offset != upload.received:
             raise OutOfRange(
@@ -367,8 +437,22 @@ class UploadTable:
         self, upload: Upload, data: memoryview, done: Callable[[], None] | None = None
     ) -> None:
         upload.write(data, done)
-        if upload.received - upload.durable >= self._checkpoint:
-            self.checkpoint(upload)
+        writer = upload.writer
+        if writer is None:
+            if upload.received - upload.durable >= self._checkpoint:
+                self.checkpoint(upload)
+        elif upload.received - upload.checkpointing >= self._checkpoint:
+            # the writer checkpoints once it has written this far; receiving goes on
+            upload.checkpointing = upload.received
+            at = upload.received
+            writer.submit(memoryview(b""), lambda: self._checkpoint_at(upload, at))
+
+    def _checkpoint_at(self, upload: Upload, offset: int) -> None:
+        """On the writer thread, every byte up to ``offset`` written: make them
+        durable and record the acknowledged offset."""
+        os.fdatasync(upload.fd)
+        upload.durable = max(upload.durable, offset)
+        self._persist(upload.record(), True)
 
     def receive(self, upload: Upload, channel: Channel, nbytes: int, unit_bytes: int) -> None:
         """Write ``nbytes`` read from a bulk connection, through a few buffers of
@@ -396,6 +480,8 @@ class UploadTable:
 
     def checkpoint(self, upload: Upload) -> None:
         """Make everything received durable and record the acknowledged offset."""
+        if upload.writer is not None:
+            upload.writer.drain()
         upload.open()
         os.fdatasync(upload.fd)
         upload.durable = upload.received
