@@ -7,6 +7,7 @@ This package never imports server code.
 
 from tiermem.client._transport import TlsOptions
 from tiermem.client.aio import AsyncClient
+from tiermem.client.blobs import BlobClient, BlobHit, BlobInfo, BlobStats, UploadStatus
 from tiermem.client.errors import (
     AlreadyExistsError,
     CapacityError,
@@ -57,6 +58,10 @@ __all__ = [
     "AccessHint",
     "AlreadyExistsError",
     "AsyncClient",
+    "BlobClient",
+    "BlobHit",
+    "BlobInfo",
+    "BlobStats",
     "CapacityError",
     "CheckResult",
     "ChecksumError",
@@ -106,5 +111,6 @@ __all__ = [
     "TiermemClientError",
     "TlsOptions",
     "UnavailableError",
+    "UploadStatus",
     "VectorClient",
 ]

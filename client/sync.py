@@ -16,6 +16,7 @@ import numpy as np
 
 from tiermem.client import _wire
 from tiermem.client._transport import TlsOptions, Transport
+from tiermem.client.blobs import BlobClient
 from tiermem.client.fastpath import (
     DEFAULT_THRESHOLD_BYTES,
     PATHS,
@@ -98,6 +99,9 @@ class Client:
         self.sessions = SessionsClient(self.transport)
         self.scratch = ScratchClient(self.transport)
         self.operators = OperatorsClient(self.transport)
+        self.blobs = BlobClient(
+            self.transport, self.dataplane, namespace=namespace, chunk_bytes=chunk_bytes
+        )
         self.integrity = IntegrityClient(self.transport)
         self._fast = (tuple(fast_paths), fast_threshold_bytes)
 

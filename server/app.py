@@ -27,6 +27,7 @@ from tiermem.placement.access import AccessModel
 from tiermem.server.api.access import AccessInterceptor
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.agent import OperatorServicer, ScratchServicer, SessionServicer
+from tiermem.server.api.blobs import BlobServicer
 from tiermem.server.api.dataplane import DataPlaneServicer
 from tiermem.server.api.integrity import IntegrityServicer
 from tiermem.server.api.interceptor import ServerInterceptor
@@ -49,6 +50,7 @@ from tiermem.server.scratch.memory_index import FaissMemoryIndex
 from tiermem.server.scratch.service import ScratchService
 from tiermem.server.services.admin import AdminService
 from tiermem.server.services.background import BackgroundWorker
+from tiermem.server.services.blobs import BlobService
 from tiermem.server.services.expiry import Expirer
 from tiermem.server.services.integrity import IntegrityService
 from tiermem.server.services.kv import KvService
@@ -70,6 +72,8 @@ from tiermem.server.tiers.ssd import SsdEngine
 from tiermem.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    blobs_pb2,
+    blobs_pb2_grpc,
     dataplane_pb2,
     dataplane_pb2_grpc,
     integrity_pb2,
@@ -102,6 +106,7 @@ SERVICE_NAMES = (
     kv_pb2.DESCRIPTOR.services_by_name["KvService"].full_name,
     placement_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name,
     vectors_pb2.DESCRIPTOR.services_by_name["VectorService"].full_name,
+    blobs_pb2.DESCRIPTOR.services_by_name["BlobService"].full_name,
     integrity_pb2.DESCRIPTOR.services_by_name["IntegrityService"].full_name,
 )
 
@@ -128,6 +133,7 @@ class Daemon:
         self.dataplane: DataPlane | None = None
         self._reaper: Periodic | None = None
         self._vectors_started = False
+        self._blobs_started = False
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -188,6 +194,17 @@ class Daemon:
         # sessions free the collections they own; vector.topk searches collections too
         self.sessions.cleanup.register_callable("vectors", self.vectors.drop_session)
         self.operators.services["indexes"] = CollectionIndexes(self.memory_index, self.vectors)
+        self.blobs = BlobService(
+            cfg.blobs,
+            self.objects,
+            data_dir,
+            self.metrics,
+            list_page_max=cfg.limits.list_page_max,
+            embedder=self.embedder,
+            sessions=self.sessions,
+        )
+        self.blobs.attach_dataplane(self.dataplane)
+        self.sessions.cleanup.register_callable("blobs", self.blobs.drop_session)
         self.integrity = IntegrityService(self.store)
         self._start_grpc()
         self._start_metrics()  # before recovery: tiermem_ready is 0 until it is done
@@ -199,6 +216,9 @@ class Daemon:
         self.vectors.open()
         self.vectors.start()
         self._vectors_started = True
+        if cfg.blobs.enabled:
+            self.blobs.open()
+            self._blobs_started = True
         self.metrics.watch_state(self.admin.usage_snapshot)
         self.dataplane.start()
         self.metrics.watch_catalog_memory(self._rocks.memory_bytes)
@@ -308,6 +328,10 @@ class Daemon:
             vectors_pb2_grpc.add_VectorServiceServicer_to_server(
                 VectorServicer(self.vectors), server
             )
+        if self.config.blobs.enabled:
+            blobs_pb2_grpc.add_BlobServiceServicer_to_server(
+                BlobServicer(self.blobs, cfg.chunk_bytes), server
+            )
         integrity_pb2_grpc.add_IntegrityServiceServicer_to_server(
             IntegrityServicer(self.integrity), server
         )
@@ -396,6 +420,8 @@ class Daemon:
             self.operators.close()
         if self._vectors_started:
             self.vectors.close()
+        if self._blobs_started:
+            self.blobs.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

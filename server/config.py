@@ -425,6 +425,84 @@ class PlacementConfig(_Section):
     """Latency, bandwidth and price of each tier (the cost model)."""
 
 
+class BlobsConfig(_Section):
+    """The blob store (``server/blobs``): content-addressed payloads, LanceDB
+    search tables, resumable uploads, the DRAM hot cache."""
+
+    enabled: bool = True
+    """Serve BlobService."""
+    lance_uri: str = ""
+    """Where the LanceDB tables live: a directory, or ``s3://bucket/prefix``
+    ("" = ``<data_dir>/blobs/lance``)."""
+    storage_options: dict[str, str] = {}
+    """Object-store options passed to LanceDB for an ``s3://`` URI (endpoint,
+    region, aws_access_key_id, aws_secret_access_key, allow_http ...)."""
+    payload_store: Literal["auto", "files", "lance"] = "auto"
+    """Where content bytes go: ``files`` (one file per content under
+    ``<data_dir>/blobs/payloads``), ``lance`` (a blob column of the LanceDB
+    ``contents`` table), ``auto`` (files for a local URI, lance for s3://)."""
+    max_blob_bytes: ByteSize = ByteSize(16 * GiB)
+    """Largest blob accepted (bytes)."""
+    max_stored_bytes: ByteSize = ByteSize(256 * GiB)
+    """Limit on stored content bytes plus the sizes of uploads in progress (bytes)."""
+    inline_max_bytes: ByteSize = ByteSize(64 * 1024)
+    """Contents up to this size are kept in RocksDB, not in the payload store (bytes)."""
+    inline_upload_max_bytes: ByteSize = ByteSize(4 * MiB)
+    """A BeginUpload may carry a whole blob up to this size (one call; bytes)."""
+    block_bytes: ByteSize = ByteSize(1 * MiB)
+    """Checksum block (xxh3-64 each): a range read verifies the blocks it touches (bytes)."""
+    read_unit_bytes: ByteSize = ByteSize(8 * MiB)
+    """Bytes read from a payload per call while serving a download (whole blocks)."""
+    checkpoint_bytes: ByteSize = ByteSize(64 * MiB)
+    """An upload is fsynced and its acknowledged offset recorded this often (bytes)."""
+    upload_ttl_s: float = Field(default=86_400.0, gt=0)
+    """An upload idle this long is forgotten with its bytes (seconds)."""
+    max_uploads: int = Field(default=1024, ge=1)
+    """Uploads in progress at once."""
+    max_tags: int = Field(default=32, ge=0, le=1024)
+    """Tags per blob."""
+    max_tag_bytes: int = Field(default=128, ge=1, le=4096)
+    """Bytes per tag."""
+    max_embeddings: int = Field(default=8, ge=0, le=64)
+    """Embeddings (spaces) per blob."""
+    max_dimension: int = Field(default=4096, ge=1, le=65_536)
+    """Largest embedding dimension."""
+    max_spaces: int = Field(default=64, ge=1, le=1024)
+    """Embedding spaces (one LanceDB table each)."""
+    max_k: int = Field(default=1000, ge=1, le=100_000)
+    """Most hits one SearchBlobs returns."""
+    text_embedder: Literal["auto", "minilm", "hash", "off"] = "auto"
+    """Embedder for text blobs (text/*, JSON, XML) the client sent no embedding for,
+    and for text queries: all-MiniLM-L6-v2 when installed ("auto"; extra ``embed``),
+    required ("minilm"), hashed n-grams ("hash") or none ("off": clients send
+    embeddings). See server/blobs/embedder.py."""
+    text_embed_max_bytes: ByteSize = ByteSize(8 * 1024)
+    """Bytes of a text blob's start that are embedded."""
+    cache_enabled: bool = True
+    """Keep hot blobs in the DRAM tier (placed by the placement policy)."""
+    cache_min_reads: int = Field(default=2, ge=1)
+    """Reads of a content before it may be cached (one read proves nothing)."""
+    cache_min_bytes: ByteSize = ByteSize(64 * 1024)
+    """Smaller blobs are not cached (reading them from SSD is cheap) (bytes)."""
+    cache_max_bytes: ByteSize = ByteSize(512 * MiB)
+    """Larger blobs are not cached; also at most half the DRAM tier (bytes)."""
+    index_interval_s: float = Field(default=0.5, gt=0)
+    """How often pending changes are written to the LanceDB search tables (seconds)."""
+    maintain_interval_s: float = Field(default=5.0, gt=0)
+    """How often idle uploads are reaped and LanceDB tables optimized (seconds)."""
+    optimize_after_changes: int = Field(default=1000, ge=1)
+    """Changes to the LanceDB tables between two optimize passes."""
+
+    @model_validator(mode="after")
+    def _sizes(self) -> BlobsConfig:
+        block = int(self.block_bytes)
+        if block < 4096 or block > 64 * MiB or block & (block - 1):
+            raise ValueError("blobs.block_bytes must be a power of two in 4 KiB..64 MiB")
+        if self.checkpoint_bytes < self.block_bytes:
+            raise ValueError("blobs.checkpoint_bytes must be at least blobs.block_bytes")
+        return self
+
+
 class VectorsConfig(_Section):
     """Vector collections (server/vectors): limits, index defaults, durability, tiering."""
 
@@ -522,6 +600,7 @@ class Config(BaseSettings):
     """Sessions, scratchpad write-back and operators."""
     placement: PlacementConfig = PlacementConfig()
     vectors: VectorsConfig = VectorsConfig()
+    blobs: BlobsConfig = BlobsConfig()
     security: SecurityConfig = SecurityConfig()
     faults: FaultsConfig = FaultsConfig()
 

@@ -91,6 +91,8 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
             "PARENT_CLOSED",
         }
     ),
+    # blobs
+    "store": frozenset({"files", "lance", "inline", "cache"}),
     # data plane
     "mode": frozenset({"read", "write"}),
     "how": frozenset({"released", "committed", "aborted", "expired"}),
@@ -109,6 +111,7 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
             "deleted",
             "done",
             "skipped",
+            "deduplicated",
         }
     ),
     # placement
@@ -489,6 +492,42 @@ class Metrics:
             "Promotions dropped because the queue was full.", registry=r,
         )  # fmt: skip
 
+        # -- blobs (server/services/blobs.py) -----------------------------------------
+        # (corrupted stored blocks count in tiermem_checksum_failures{where="ssd"},
+        #  hash mismatches on upload in where="upload")
+        self.blob_bytes = Counter(
+            "tiermem_blob_bytes", "Blob bytes moved per data path and direction "
+            "(in: uploaded, out: downloaded).", ["path", "direction"], registry=r,
+        )  # fmt: skip
+        self.blob_reads = Counter(
+            "tiermem_blob_reads", "Blob downloads by where the bytes came from "
+            "(files/lance/inline payload, or the DRAM hot cache).", ["store"], registry=r,
+        )  # fmt: skip
+        self.blob_ops = Counter(
+            "tiermem_blob_operations", "Blob operations (put, delete, search) by result "
+            "(stored, deduplicated, deleted, failed, found, missing).",
+            ["op", "result"], registry=r,
+        )  # fmt: skip
+        self.blob_cache_fills = Counter(
+            "tiermem_blob_cache_fills", "Blob contents copied into the DRAM hot cache.",
+            registry=r,
+        )  # fmt: skip
+        self.blobs = Gauge("tiermem_blobs", "Blobs stored.", registry=r)
+        self.blob_logical_bytes = Gauge(
+            "tiermem_blob_logical_bytes", "Sum of the sizes of stored blobs.", registry=r
+        )
+        self.blob_stored_bytes = Gauge(
+            "tiermem_blob_stored_bytes",
+            "Bytes of distinct blob contents stored (each once: logical/stored = dedup ratio).",
+            registry=r,
+        )  # fmt: skip
+        self.blob_uploads_active = Gauge(
+            "tiermem_blob_uploads_active", "Blob uploads in progress.", registry=r
+        )
+        self.blob_index_pending = Gauge(
+            "tiermem_blob_index_pending",
+            "Blob changes not yet written to the LanceDB search tables.", registry=r,
+        )  # fmt: skip
         # -- reliability and security: damage, limits, auth -------------------------
         self.damaged_objects = Gauge(
             "tiermem_damaged_objects",

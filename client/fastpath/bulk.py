@@ -9,7 +9,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from tiermem.client.errors import error_for
 from tiermem.dataplane_wire import LENGTH, MAX_STATUS_BYTES, preamble
@@ -113,6 +113,51 @@ class BulkPool:
         if status.code != "OK":
             raise error_for(status.code, status.message)
         return status
+
+    def send_stream(
+        self, address: str, ticket_id: bytes, chunks: Iterable[memoryview]
+    ) -> dataplane_pb2.TransferStatus:
+        """A stream ticket's bytes from ``chunks`` (produced as they are sent), then
+        the daemon's final status. Raises the daemon's error, or BulkBroken."""
+        sock = self._start(address, ticket_id)
+        try:
+            for chunk in chunks:
+                if len(chunk):
+                    sock.sendall(chunk)
+            status = _read_status(sock)
+        except (OSError, BulkBroken) as exc:
+            sock.close()
+            raise BulkBroken(f"bulk stream to {address} broke: {exc}") from None
+        self._give_back(address, sock)
+        if status.code != "OK":
+            raise error_for(status.code, status.message)
+        return status
+
+    def recv_stream(
+        self,
+        address: str,
+        ticket_id: bytes,
+        nbytes: int,
+        buffer: memoryview,
+        on_data: Callable[[memoryview], None],
+    ) -> None:
+        """A stream ticket's ``nbytes``, through ``buffer``, handed to ``on_data``
+        a buffer at a time. Raises BulkBroken if the connection ends early."""
+        sock = self._start(address, ticket_id)
+        try:
+            left = nbytes
+            while left:
+                view = buffer[: min(len(buffer), left)]
+                _recv_exact(sock, view)
+                left -= len(view)
+                on_data(view)
+        except (OSError, BulkBroken) as exc:
+            sock.close()
+            raise BulkBroken(f"bulk stream from {address} broke: {exc}") from None
+        except BaseException:
+            sock.close()  # the caller gave up mid-stream: the connection is out of step
+            raise
+        self._give_back(address, sock)
 
     def get(self, address: str, ticket_id: bytes, outs: Sequence[memoryview]) -> None:
         """Receive the streamed objects' bytes into ``outs`` (exact sizes, ticket order)."""

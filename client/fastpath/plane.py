@@ -233,6 +233,27 @@ class DataPlane:
     def _bulk_usable(self) -> bool:
         return time.monotonic() >= self._bulk_down_until
 
+    # -- for other sub-clients moving bytes over the same paths (e.g. blobs) --------------
+    @property
+    def bulk_pool(self) -> BulkPool:
+        return self._bulk
+
+    def bulk_target(self, ticket_address: str) -> str:
+        """Where to dial for a ticket (its address, else the one offered in Hello)."""
+        return self._reachable(ticket_address or self.offer().bulk_address)
+
+    def bulk_broken(self) -> None:
+        """The bulk channel failed: do not try it again for a while."""
+        self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+
+    def release_leases(self, lease_ids: Sequence[int]) -> None:
+        """Release shared-memory read leases without waiting for the answer."""
+        self._release_soon(lease_ids)
+
+    def count(self, path: str, *, puts: int = 0, gets: int = 0, nbytes: int = 0) -> None:
+        """Add to ``path_stats`` (bytes moved by a sub-client)."""
+        self._count(path, puts, gets, nbytes)
+
     def path_stats(self) -> dict[str, dict[str, int]]:
         """Objects and bytes moved per path (shm, bulk, grpc) by this client."""
         with self._lock:

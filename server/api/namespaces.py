@@ -22,7 +22,8 @@ MAX_ITEMS = 100_000
 #: Method-name prefixes of read-only RPCs.
 READ_PREFIXES = (
     "Get", "Stat", "List", "Lookup", "Describe", "Search", "Count", "Replay", "Query",
-    "Lease", "BeginGet", "Hello", "Prefetch", "Release",
+    "Lease", "BeginGet", "Hello", "Prefetch", "Release", "OpenDownload", "Download",
+    "BlobStats",
 )  # fmt: skip
 
 

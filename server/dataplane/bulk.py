@@ -24,7 +24,7 @@ from tiermem.dataplane_wire import (
 )
 from tiermem.server.config import BulkChannelConfig
 from tiermem.server.dataplane.identity import normal_host, principal_of
-from tiermem.server.dataplane.transfers import BulkTransfers, TransferBroken
+from tiermem.server.dataplane.transfers import BulkTransfers, Ticket, TransferBroken
 from tiermem.server.errors import TiermemError
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import ObjectMeta
@@ -163,6 +163,8 @@ class BulkServer:
             self._metrics.bulk_transfers.labels("-", "refused").inc()
             return True
         op = ticket.op
+        if ticket.stream is not None:
+            return self._stream(conn, ticket)
         if op == "get":
             conn.sendall(_status("OK", ""))
             try:
@@ -185,6 +187,29 @@ class BulkServer:
             return True
         self._metrics.bulk_transfers.labels(op, "ok").inc()
         conn.sendall(_status("OK", "", metas))
+        return True
+
+    def _stream(self, conn: socket.socket, ticket: Ticket) -> bool:
+        """A stream ticket: OK, the bytes, and (streams in) a final status. A stream
+        out that fails midway closes the connection (the client sees a short read)."""
+        label = "put" if ticket.op == "stream_in" else "get"
+        conn.sendall(_status("OK", ""))
+        try:
+            self._transfers.run_stream(ticket, conn)
+        except (TransferBroken, OSError) as exc:
+            self._metrics.bulk_transfers.labels(label, "broken").inc()
+            log.info("bulk stream broken: %s", exc)
+            return False
+        except TiermemError as exc:
+            self._metrics.bulk_transfers.labels(label, "failed").inc()
+            if ticket.op == "stream_out":
+                log.warning("bulk stream out failed, connection closed: %s", exc.message)
+                return False
+            conn.sendall(_status(exc.code, exc.message))
+            return True
+        self._metrics.bulk_transfers.labels(label, "ok").inc()
+        if ticket.op == "stream_in":
+            conn.sendall(_status("OK", ""))
         return True
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import xxhash
@@ -48,7 +48,7 @@ from tiermem.server.config import DataPlaneConfig
 from tiermem.server.dataplane.limits import ByteBudget, check_batch
 from tiermem.server.errors import FailedPrecondition, InvalidArgument, TiermemError
 from tiermem.server.metrics import Metrics
-from tiermem.server.model import ObjectKey, ObjectMeta, Profile, Tier
+from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Profile, Tier
 from tiermem.server.services.leases import Lease, LeaseKind, LeaseTable, Region
 from tiermem.server.services.objects import ObjectRead, ObjectService, PutSpec
 from tiermem.server.tiers.base import Reservation
@@ -305,6 +305,30 @@ class SharedMemoryPlane:
         finally:
             reader.release()
         return reservation.location, size, lambda: self._drop(reservation), None
+
+    def stage(
+        self, owner: str, size: int, kind: Kind, fill: Callable[[memoryview], None], ttl_s: float
+    ) -> Lease:
+        """A read lease on a fresh extent of ``size`` bytes that ``fill`` writes
+        (e.g. a blob range read and verified straight from its payload file), so
+        a local client copies it once instead of receiving it over a socket. The
+        extent is freed when the lease ends."""
+        self._require_arena()
+        self._budget.take(size)
+        try:
+            reservation = self._objects.reserve(size, Profile(), kind, only=Tier.DRAM)
+        except BaseException:
+            self._budget.give(size)
+            raise
+        try:
+            fill(reservation.buffer)
+            region = (reservation.location, size, lambda: self._drop(reservation), None)
+            (lease,) = self._leases.grant_many(owner, LeaseKind.READ, ttl_s, [region])
+        except BaseException:
+            self._drop(reservation)
+            raise
+        self._metrics.dataplane_leases.labels("read").inc()
+        return lease
 
     def release(self, owner: str, lease_ids: Sequence[int]) -> int:
         """End leases: read leases released, uncommitted write leases aborted."""

@@ -15,6 +15,11 @@ their reservations and leases back) and are bound to the principal that asked
 for them: a presentation by anyone else is refused and burns the ticket. A
 put stores nothing unless every byte of every object arrived and every
 announced checksum matched.
+
+Stream tickets (``issue_stream``) let another service move one stream of bytes
+over the same channel: the blob service sends a blob range (``stream_out``)
+or receives the rest of an upload (``stream_in``) with its own code, under
+the same ticket rules (single use, expiry, owner binding, byte budget).
 """
 
 from __future__ import annotations
@@ -77,20 +82,29 @@ class GetItem:
     inline: bytes | None
 
 
+#: Ticket operations: object puts and gets, and streams of another service.
+TicketOp = Literal["put", "get", "stream_in", "stream_out"]
+
+
 @dataclass(slots=True, eq=False)
 class Ticket:
     ticket_id: bytes
     owner: str
-    op: Literal["put", "get"]
+    op: TicketOp
     expires_at: float
     ttl_s: float
     puts: list[PutItem] = field(default_factory=list)
     gets: list[GetItem] = field(default_factory=list)
     held_bytes: int = 0
     end: Callable[[], None] = field(default=lambda: None)
+    #: stream tickets: moves the bytes over the connection (raises if it cannot)
+    stream: Callable[[Channel], None] | None = None
+    streamed_bytes: int = 0
 
     @property
     def stream_bytes(self) -> int:
+        if self.stream is not None:
+            return self.streamed_bytes
         if self.op == "put":
             return sum(item.spec.size_bytes for item in self.puts)
         return sum(item.meta.size_bytes for item in self.gets if item.reader is not None)
@@ -201,7 +215,7 @@ class BulkTransfers:
             raise FailedPrecondition("the bulk channel is off on this daemon; use Put/Get")
         check_batch(n, self._config.max_batch_objects, what)
 
-    def _new_ticket(self, owner: str, op: Literal["put", "get"]) -> Ticket:
+    def _new_ticket(self, owner: str, op: TicketOp) -> Ticket:
         ttl = self._config.bulk.ticket_ttl_s
         ticket_id = secrets.token_bytes(TICKET_ID_BYTES)
         return Ticket(ticket_id, owner, op, self._clock() + ttl, ttl)
@@ -336,6 +350,56 @@ class BulkTransfers:
             ticket.end()
         self._metrics.data_bytes.labels("bulk", "out").inc(sent)
         return sent
+
+    # -- streams of other services ----------------------------------------------------
+    def issue_stream(
+        self,
+        owner: str,
+        op: Literal["stream_in", "stream_out"],
+        nbytes: int,
+        run: Callable[[Channel], None],
+        end: Callable[[], None],
+        held_bytes: int = 0,
+    ) -> Ticket:
+        """A ticket whose transfer is ``run(connection)`` moving ``nbytes``;
+        ``end`` runs exactly once when the ticket is used, refused or expires.
+        ``held_bytes`` are taken from the data plane's byte budget meanwhile."""
+        if not self.address:
+            end()
+            raise FailedPrecondition("the bulk channel is off on this daemon; use the gRPC stream")
+        ticket = self._new_ticket(owner, op)
+        ticket.stream = run
+        ticket.streamed_bytes = nbytes
+        try:
+            self._budget.take(held_bytes)
+        except BaseException:
+            end()
+            raise
+        ticket.held_bytes = held_bytes
+
+        def finish() -> None:
+            self._budget.give(ticket.held_bytes)
+            ticket.held_bytes = 0
+            end()
+
+        ticket.end = finish
+        try:
+            self.tickets.issue(ticket)
+        except BaseException:
+            ticket.end()
+            raise
+        return ticket
+
+    def run_stream(self, ticket: Ticket, channel: Channel) -> None:
+        """Carry out a stream ticket's transfer; its ``end`` runs when this returns."""
+        if ticket.stream is None:
+            raise FailedPrecondition("this ticket is not for a stream")
+        try:
+            ticket.stream(channel)
+        finally:
+            ticket.end()
+        direction = "in" if ticket.op == "stream_in" else "out"
+        self._metrics.data_bytes.labels("bulk", direction).inc(ticket.streamed_bytes)
 
     # -- upkeep -----------------------------------------------------------------------
     def claim(self, ticket_id: bytes, owner: str) -> Ticket:

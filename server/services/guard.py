@@ -90,6 +90,8 @@ current_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 
 #: A put hook: (namespace, session, nbytes, new_objects) -> None; raises to refuse.
 PutHook = Callable[[str, str, int, int], None]
+#: namespace -> (objects, bytes) it holds outside the object catalog.
+UsageSource = Callable[[str], tuple[int, int]]
 
 
 @dataclass(slots=True)
@@ -134,6 +136,7 @@ class Guard:
         self._ns: dict[str, _NsState] = {}
         self._inflight_bytes = 0
         self._put_hooks: list[PutHook] = []
+        self._usage_sources: list[UsageSource] = []
 
     # -- who ---------------------------------------------------------------------
     @staticmethod
@@ -163,6 +166,10 @@ class Guard:
         return current_principal.get().sees(namespace)
 
     # -- limits ------------------------------------------------------------------
+    def add_usage_source(self, source: UsageSource) -> None:
+        """Count what another store (blobs) holds per namespace in its quotas."""
+        self._usage_sources.append(source)
+
     def add_put_hook(self, hook: PutHook) -> None:
         """Register a check every put runs at admission (e.g. session quotas)."""
         self._put_hooks.append(hook)
@@ -176,13 +183,16 @@ class Guard:
         replaced_bytes: int = 0,
         new_objects: int = 0,
         session: str = "",
+        held_bytes: int | None = None,
     ) -> Ticket:
         """Authorize and admit one request on ``namespace``.
 
         ``put_bytes``: bytes the request will add (held against the in-flight
         budgets until release, and against the namespace quota net of
         ``replaced_bytes``); ``new_objects``: objects it will add (0 for an
-        overwrite). Returns a ticket to ``release()`` when the request is done."""
+        overwrite); ``held_bytes``: bytes held in memory meanwhile when that is
+        not ``put_bytes`` (a put streamed to disk). Returns a ticket to
+        ``release()`` when the request is done."""
         self.authorize(namespace, role)
         for hook in self._put_hooks if put_bytes or new_objects else ():
             hook(namespace, session, put_bytes, new_objects)
@@ -197,19 +207,20 @@ class Guard:
                     f"namespace {namespace!r} already has {st.rpcs} requests in progress "
                     f"(limits max_concurrent_rpcs={lim.max_concurrent_rpcs}); retry later",
                 )
-            if put_bytes:
-                self._check_bytes(namespace, st, lim.max_inflight_bytes, put_bytes)
+            held = put_bytes if held_bytes is None else held_bytes
+            if held:
+                self._check_bytes(namespace, st, lim.max_inflight_bytes, held)
             if lim.max_bytes or lim.max_objects:
                 self._check_quota(namespace, st, lim.max_bytes, lim.max_objects,
                                   put_bytes - replaced_bytes, new_objects)  # fmt: skip
             st.rpcs += 1
-            st.inflight_bytes += put_bytes
-            self._inflight_bytes += put_bytes
+            st.inflight_bytes += held
+            self._inflight_bytes += held
             pending = max(0, put_bytes - replaced_bytes)
             st.pending_bytes += pending
             st.pending_objects += new_objects
         self._metrics.inflight_bytes.set(self._inflight_bytes)
-        return Ticket(self, namespace, put_bytes, pending, new_objects)
+        return Ticket(self, namespace, held, pending, new_objects)
 
     def _check_bytes(self, namespace: str, st: _NsState, ns_limit: int, nbytes: int) -> None:
         budget = self._limits.max_inflight_bytes
@@ -230,6 +241,10 @@ class Guard:
         self, namespace: str, st: _NsState, max_bytes: int, max_objects: int, net: int, new: int
     ) -> None:
         objects, used = self._catalog.namespace_usage(namespace)
+        for source in self._usage_sources:
+            more_objects, more_bytes = source(namespace)
+            objects += more_objects
+            used += more_bytes
         if max_bytes and net > 0 and used + st.pending_bytes + net > max_bytes:
             self._reject(
                 "namespace_bytes",

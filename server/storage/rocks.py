@@ -45,6 +45,13 @@ COLUMN_FAMILIES: dict[str, str] = {
     "vec_collections": "namespace NUL name -> CollectionRecord (vector collections)",
     "vec_log": "collection id u64 BE + seq u64 BE -> VectorLogEntry (operation log)",
     "vec_payloads": "collection id u64 BE + vector id u64 BE -> VectorPayload",
+    # -- blobs (server/blobs) --
+    "blobs": "namespace NUL key -> BlobRecord",
+    "blob_contents": "sha256 -> ContentRecord (reference counts, block checksums)",
+    "blob_inline": "sha256 -> bytes of a small content",
+    "blob_uploads": "upload id -> UploadRecord (uploads in progress)",
+    "blob_by_session": "session NUL namespace NUL key -> empty (session ownership index)",
+    "blob_journal": "u64 BE seq -> JournalEntry (changes the search tables have not taken)",
 }
 
 

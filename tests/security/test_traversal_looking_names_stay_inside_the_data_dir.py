@@ -29,7 +29,9 @@ NASTY = [
 ]
 #: Every file the daemon may create under its data dir.
 KNOWN = re.compile(
-    r"^(catalog/.*|segments/seg-\d{10}\.dat|scratch-log/log-\d{12}\.wal|vectors/\d+/.*)$"
+    r"^(catalog/.*|segments/seg-\d{10}\.dat|scratch-log/log-\d{12}\.wal|vectors/\d+/.*"
+    r"|blobs/payloads/[0-9a-f]{2}/[0-9a-f]{64}|blobs/uploads/[0-9a-f]{32}\.part"
+    r"|blobs/lance/(contents|space_[A-Za-z0-9_.-]{1,64})\.lance/.*)$"
 )
 
 
@@ -46,6 +48,11 @@ def test_traversal_looking_keys_and_sessions_are_plain_names(
             )
             assert client.get(Kind.BLOB, key) == data
             assert client.stat(Kind.BLOB, key).key == key
+            blob = os.urandom(100_000 + i)  # blobs: payload files are named by hash
+            client.blobs.put(key, blob, session=key[:200], embeddings={".." * (i % 2): [1.0]})
+            assert client.blobs.get(key) == blob
+        upload = client.blobs.begin("../../pending", 10 << 20).upload_id
+        assert client.blobs.status(upload).acknowledged_offset == 0
         assert sorted(o.key for o in client.list(kind=Kind.BLOB)) == sorted(NASTY)
         assert [o.key for o in client.list(session=NASTY[0])] == [NASTY[0]]
     daemon.maintain()

@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     from tiermem.cli import vectors
 
     vectors.add_parser(sub, _client_args)
+    from tiermem.cli import blobs
+
+    blobs.add_parsers(sub, _client_args)
     return parser
 
 
@@ -159,13 +162,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tiermem.cli.config_show import run_config_show
 
         return run_config_show(args)
-    from tiermem.cli import agent
-    from tiermem.cli.commands import run
+    from tiermem.cli import agent, blobs
+    from tiermem.cli.commands import connect, run
     from tiermem.client.errors import TiermemClientError
 
     try:
         if args.command in agent.COMMANDS:
             return agent.run(args)
+        if args.command in blobs.COMMANDS:
+            with connect(args) as client:
+                return blobs.run(args, client)
         return run(args)
     except TiermemClientError as exc:
         rid = f" (request id {exc.request_id})" if exc.request_id else ""

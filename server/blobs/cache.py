@@ -1,0 +1,160 @@
+"""The hot blob cache: copies of often-read blob contents in the DRAM tier,
+as ordinary objects of kind BLOB, so the placement policy governs them like
+everything else in memory.
+
+A cached copy is the object ``(namespace, BLOB, ".tiermem/blob-cache/<sha256>")``
+with a CACHE profile: no SSD copy, never durable, dropped (or demoted) by the
+planner when something else is worth its memory more. Because it lives in the
+shared-memory arena, a client on the daemon's host reads it in place under a
+data-plane lease, and the bulk channel sends it straight from the arena.
+
+Admission (``wants``): the blob service counts reads per content with the
+placement access model (a decayed rate, the same estimate the catalog keeps
+per object). After ``cache_min_reads`` reads, a content of a cacheable size
+is copied in when the planner's admission rule — ``Planner.admit`` for a CACHE
+object of kind BLOB at that rate — puts it in DRAM; room is made only by
+moving out residents worth less per byte (``PlacementService.make_room`` with
+the newcomer's density), never by pushing out hotter data. A copy the planner
+demoted to SSD is worth nothing (the payload is on SSD already): it is deleted
+the next time it is looked up.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+import xxhash
+
+from tiermem.server.config import BlobsConfig
+from tiermem.server.errors import NotFound
+from tiermem.server.model import Durability, Kind, ObjectKey, Profile, Tier
+from tiermem.server.services.objects import ObjectRead, ObjectService, PutSpec
+
+PREFIX = ".tiermem/blob-cache/"
+#: Contents whose read rates are tracked (least recently read forgotten first).
+MAX_TRACKED = 65_536
+
+
+def cache_key(namespace: str, sha256: bytes) -> ObjectKey:
+    return ObjectKey(namespace, Kind.BLOB, PREFIX + sha256.hex())
+
+
+class HotCache:
+    def __init__(self, objects: ObjectService, config: BlobsConfig) -> None:
+        self._objects = objects
+        self._store = objects.store
+        self._placement = objects.placement
+        self._config = config
+        self._access = objects.store.catalog.access
+        self._reads: OrderedDict[tuple[str, bytes], tuple[float, float, int]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.enabled = config.cache_enabled and Tier.DRAM in self._store.memory
+
+    @property
+    def max_bytes(self) -> int:
+        if not self.enabled:
+            return 0
+        dram = self._store.memory[Tier.DRAM].capacity_bytes
+        return min(int(self._config.cache_max_bytes), dram // 2)
+
+    def tier(self, namespace: str, sha256: bytes) -> Tier | None:
+        encoded = cache_key(namespace, sha256).encode()
+        with self._store.lock:
+            entry = self._store.catalog.find(encoded)
+            return None if entry is None else entry.tier
+
+    def open(self, namespace: str, sha256: bytes) -> ObjectRead | None:
+        """The cached copy, read-leased (``release`` it), or None. Counts as a read
+        for placement."""
+        if not self.enabled:
+            return None
+        tier = self.tier(namespace, sha256)
+        if tier is None:
+            return None
+        key = cache_key(namespace, sha256)
+        if tier != Tier.DRAM:
+            self._objects.delete(key)  # demoted: an SSD copy of a payload already on SSD
+            return None
+        try:
+            reader = self._objects.read(key)
+        except NotFound:
+            return None
+        if reader.tier != Tier.DRAM:
+            reader.release()
+            return None
+        return reader
+
+    def note_read(self, namespace: str, sha256: bytes) -> tuple[float, int]:
+        """Count a read of a content; returns (decayed rate, reads counted)."""
+        now = time.time()
+        key = (namespace, sha256)
+        with self._lock:
+            rate, atime, count = self._reads.pop(key, (0.0, now, 0))
+            entry = (self._access.record_one(rate, atime, now), now, count + 1)
+            self._reads[key] = entry
+            while len(self._reads) > MAX_TRACKED:
+                self._reads.popitem(last=False)
+        return entry[0], entry[2]
+
+    def wants(self, size: int, rate: float, reads: int) -> float | None:
+        """The density a content read ``reads`` times at ``rate`` would have in DRAM
+        if the planner admits it there now, else None."""
+        if not self.enabled or reads < self._config.cache_min_reads:
+            return None
+        if size < self._config.cache_min_bytes or size > self.max_bytes:
+            return None
+        admissions = self._placement.planner.admit(
+            size, int(Kind.BLOB), rate, False, self._store.tier_states()
+        )
+        if not admissions or admissions[0].tier != int(Tier.DRAM):
+            return None
+        return float(admissions[0].displace_below)
+
+    def fill(
+        self, namespace: str, sha256: bytes, size: int, density: float,
+        copy_into: Callable[[memoryview], None],
+    ) -> bool:  # fmt: skip
+        """Copy a content into DRAM (``copy_into`` fills the buffer with verified
+        bytes). False when no room could be made for it."""
+        engine = self._store.memory[Tier.DRAM]
+        need = engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes
+        if need > 0:
+            self._placement.make_room(Tier.DRAM, need, density)
+        reservation = engine.reserve(size)
+        if reservation is None:
+            return False
+        profile = Profile(durability=Durability.CACHE).resolved(Kind.BLOB)
+        spec = PutSpec(cache_key(namespace, sha256), size, profile)
+        try:
+            copy_into(reservation.buffer)
+            checksum = xxhash.xxh3_64_intdigest(reservation.buffer)
+        except BaseException:
+            engine.abort(reservation)
+            raise
+        # path "shm": the bytes were written into the shared-memory arena
+        self._objects.commit_filled(spec, profile, reservation, checksum, path="shm")
+        return True
+
+    def drop(self, namespace: str, sha256: bytes) -> None:
+        """Forget a cached copy (its content is gone from the namespace)."""
+        with self._lock:
+            self._reads.pop((namespace, sha256), None)
+        if self.enabled:
+            self._objects.delete(cache_key(namespace, sha256))
+
+    def cached_bytes(self, namespaces: list[str]) -> int:
+        """Bytes of blob copies in DRAM now (lists the cache keys: for stats only)."""
+        if not self.enabled:
+            return 0
+        total = 0
+        for ns in namespaces:
+            token = ""
+            while True:
+                metas, token = self._objects.list(ns, Kind.BLOB, PREFIX, "", 1000, token)
+                total += sum(m.size_bytes for m in metas if m.tier == Tier.DRAM)
+                if not token:
+                    break
+        return total

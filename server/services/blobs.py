@@ -1,0 +1,1213 @@
+"""The blob service: transport-free rules of BlobService (``proto/tiermem/v1/blobs.proto``).
+
+A blob is ``(namespace, key)`` → content + metadata + embeddings. Contents are
+addressed by SHA-256 and stored once (``server/blobs/catalog.py`` counts the
+references). The pieces are in ``server/blobs``; this module ties them:
+
+* **upload** — ``begin_upload`` validates the announcement (limits, owner,
+  embedding spaces, capacity) and either finishes at once (the whole blob came
+  inline, or its hash names content this namespace already stores) or opens a
+  resumable upload; bytes arrive by the gRPC stream (``upload_stream``) or the
+  bulk TCP channel (``begin_bulk_upload``); ``finish`` checks the client's
+  SHA-256 against the one computed while receiving, then ``_commit`` stores:
+  new bytes are adopted by the payload store (or kept inline when small),
+  known bytes only gain a reference; one synced RocksDB batch makes it visible;
+* **download** — ``open_download`` / ``download`` read a block-aligned range,
+  from the DRAM hot cache when the blob is cached there, else from the payload
+  with every block verified (DATA_LOSS, never data, on a mismatch); fast
+  paths: a shared-memory lease on the cached copy, or a bulk ticket;
+* **search** — embeddings (the client's, or the daemon's text embedder's for
+  text blobs) live in LanceDB tables with the blob's metadata, kept in step
+  with the records through a journal; ``search`` is one filtered vector query;
+* **sessions** — a blob put by a session is owned by it; ``drop_session``
+  deletes what a closing session owns (its references, so shared contents stay).
+
+Every check of namespace and caller goes through ``_admit`` (one place to route
+through an access guard).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import logging
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from tiermem.server.blobs.blocks import aligned_range, sums_slice
+from tiermem.server.blobs.cache import HotCache, cache_key
+from tiermem.server.blobs.catalog import BlobCatalog, Freed, blob_key, now_ms
+from tiermem.server.blobs.embedder import blob_embedder, no_embedder_message
+from tiermem.server.blobs.hashing import SHA256_BYTES, digest_of
+from tiermem.server.blobs.index import SearchIndex, where_clause
+from tiermem.server.blobs.lance_payloads import LancePayloads
+from tiermem.server.blobs.model import (
+    BlobInfo,
+    BlobSpec,
+    DownloadPlan,
+    Filter,
+    ShmGrant,
+    checked_spec,
+    info_from_record,
+    space_name,
+    spec_from_proto,
+    spec_to_proto,
+    vector,
+)
+from tiermem.server.blobs.payloads import FilePayloads, PayloadReader, PayloadStore
+from tiermem.server.blobs.reader import MemoryPayload, VerifiedReader
+from tiermem.server.blobs.uploads import Upload, UploadTable
+from tiermem.server.config import BlobsConfig
+from tiermem.server.dataplane.transfers import Channel, Ticket
+from tiermem.server.embedding.base import Embedder
+from tiermem.server.errors import (
+    AlreadyExists,
+    CapacityExceeded,
+    Corrupted,
+    FailedPrecondition,
+    InvalidArgument,
+    InvariantViolation,
+    NotFound,
+    OutOfRange,
+    PermissionDenied,
+)
+from tiermem.server.metrics import Metrics
+from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Profile, Tier, validate_namespace
+from tiermem.server.services.guard import Role
+from tiermem.server.services.guard import Ticket as Admission
+from tiermem.server.services.objects import ObjectService
+from tiermem.server.services.periodic import Periodic
+from tiermem.server.sessions import cleanup
+from tiermem.v1 import blob_records_pb2 as rec_pb
+
+if TYPE_CHECKING:
+    from tiermem.server.dataplane.plane import DataPlane
+    from tiermem.server.sessions.service import SessionService
+
+log = logging.getLogger(__name__)
+
+#: Blob records looked at by one ListBlobs call at most (a sparse filter
+#: returns a short page with a token to continue).
+LIST_SCAN_MAX = 20_000
+#: Journal entries written to the search tables per pass.
+INDEX_BATCH = 2000
+BULK_BUFFER_BYTES = 4 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class UploadState:
+    """Where an upload stands, or the blob it stored."""
+
+    upload_id: str
+    size_bytes: int
+    acknowledged_offset: int
+    block_bytes: int
+    expires_unix_ms: int = 0
+    blob: BlobInfo | None = None
+    deduplicated: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    info: BlobInfo
+    distance: float
+    space: str
+
+
+@dataclass(frozen=True, slots=True)
+class BlobStats:
+    blobs: int
+    logical_bytes: int
+    contents: int
+    stored_bytes: int
+    uploads_active: int
+    index_pending: int
+    payload_store: str
+    lance_uri: str
+    cached_bytes: int
+    inline_upload_max_bytes: int
+    max_blob_bytes: int
+    text_space: str
+    spaces: tuple[str, ...]
+    block_bytes: int
+
+
+class BlobService:
+    def __init__(
+        self,
+        config: BlobsConfig,
+        objects: ObjectService,
+        data_dir: Path,
+        metrics: Metrics,
+        *,
+        list_page_max: int = 1000,
+        embedder: Embedder | None = None,
+        sessions: SessionService | None = None,
+    ) -> None:
+        self.config = config
+        self.objects = objects
+        self.store = objects.store
+        self.metrics = metrics
+        self.sessions = sessions
+        self.embedder = blob_embedder(config.text_embedder, embedder)
+        self.text_space = f"text.{self.embedder.name}" if self.embedder is not None else ""
+        self._list_page_max = list_page_max
+        self.root = data_dir / "blobs"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.block_bytes = int(config.block_bytes)
+        self.catalog = BlobCatalog(self.store.catalog.rocks)
+        self._lock = threading.RLock()  # reference counts, payload adoption and deletion
+        self._index_lock = threading.Lock()
+        self.lance_uri = config.lance_uri or str(self.root / "lance")
+        self._remote = "://" in self.lance_uri
+        self.files = FilePayloads(self.root / "payloads")
+        self.lance: LancePayloads | None = None
+        self.payloads: PayloadStore = self.files
+        self.index: SearchIndex | None = None
+        self._spaces: dict[str, int] = {}
+        self.uploads = UploadTable(
+            self.root / "uploads",
+            block_bytes=self.block_bytes,
+            head_max_bytes=int(config.text_embed_max_bytes),
+            checkpoint_bytes=int(config.checkpoint_bytes),
+            ttl_s=config.upload_ttl_s,
+            max_uploads=config.max_uploads,
+            persist=lambda rec, sync: self.catalog.put_upload(rec, sync=sync),
+            forget=self.catalog.delete_upload,
+        )
+        self.cache = HotCache(objects, config)
+        self.guard = self.store.guard
+        self.guard.add_usage_source(self.catalog.namespace_usage)
+        self.dataplane: DataPlane | None = None
+        self._changes = 0
+        self._threads: list[Periodic] = []
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def open(self) -> None:
+        """Connect LanceDB, take back uploads in progress, remove what a crash left
+        behind (payloads and staging files nothing references), start the indexer."""
+        import lancedb
+
+        if not self._remote:
+            Path(self.lance_uri).mkdir(parents=True, exist_ok=True)
+        db = lancedb.connect(self.lance_uri, storage_options=dict(self.config.storage_options))
+        local = None if self._remote else Path(self.lance_uri)
+        self.lance = LancePayloads(db, local)
+        choice = self.config.payload_store
+        if choice == "lance" or (choice == "auto" and self._remote):
+            self.payloads = self.lance
+        self._spaces = self.catalog.spaces()
+        self.index = SearchIndex(db, self._spaces)
+        self._recover_uploads()
+        self._collect_garbage()
+        self._publish_gauges()
+        self._threads = [
+            Periodic("tiermem-blob-index", self.config.index_interval_s, self.flush_index),
+            Periodic("tiermem-blob-maintain", self.config.maintain_interval_s, self.maintain),
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def attach_dataplane(self, dataplane: DataPlane) -> None:
+        """The data plane the fast paths use (shared-memory leases, bulk tickets)."""
+        self.dataplane = dataplane
+
+    def close(self) -> None:
+        for thread in self._threads:
+            thread.stop()
+        self._threads = []
+        if self.index is not None:
+            try:
+                self.flush_index()
+            except Exception:  # the journal keeps what was not written
+                log.exception("writing the blob search tables at shutdown failed")
+        self.uploads.close()
+
+    def _recover_uploads(self) -> None:
+        for record in self.catalog.uploads():
+            if not self.uploads.restore(record):
+                log.warning("upload %s lost its staging file; forgotten", record.upload_id)
+                self.catalog.delete_upload(record.upload_id)
+        known = self.uploads.staging_names()
+        for path in self.uploads.directory.iterdir():
+            if path.name not in known:
+                path.unlink(missing_ok=True)
+
+    def _collect_garbage(self) -> None:
+        """Payloads nothing references (a crash between a commit that freed them
+        and their removal, or between an adoption and its commit) are removed."""
+        for store, kind in ((self.files, rec_pb.ContentRecord.FILES),) + (
+            ((self.lance, rec_pb.ContentRecord.LANCE),) if self.lance is not None else ()
+        ):
+            for sha in list(store.hashes()):
+                content = self.catalog.content(sha)
+                if content is None or content.store != kind:
+                    store.delete(sha)
+        for sha in list(self.catalog.content_hashes()):
+            content = self.catalog.content(sha)
+            if content is not None and content.refs <= 0:
+                self.catalog.drop_content(sha)
+
+    # -- access: the one place namespace and caller checks happen ----------------------
+    def _admit(
+        self,
+        namespace: str,
+        caller: str,
+        record: rec_pb.BlobRecord | None = None,
+        *,
+        write: bool = False,
+    ) -> None:
+        """Raise unless the principal holds the role (READ, or WRITE with ``write``)
+        on ``namespace`` and ``caller`` (a session, "" = a trusted tool) may use it —
+        and, given ``record``, read it (or change it, ``write``)."""
+        validate_namespace(namespace)
+        self.guard.authorize(namespace, Role.WRITE if write else Role.READ)
+        with self.store.lock:
+            self.store.catalog.namespace_id(namespace)
+        if record is None or not caller:
+            return
+        meta = ObjectMeta(
+            key=ObjectKey(record.namespace, Kind.BLOB, record.key),
+            size_bytes=int(record.size_bytes),
+            checksum=0,
+            profile=Profile(),
+            tier=Tier.SSD,
+            session=record.session,
+        )
+        self.objects.guard.check_access(meta, caller, write)
+
+    def _reading(self, namespace: str) -> Admission:
+        """The guard's admission of a read on ``namespace`` (per-namespace RPC limits)."""
+        validate_namespace(namespace)
+        return self.guard.admit(namespace, Role.READ)
+
+    def _writing(self, spec: BlobSpec, held_bytes: int) -> Admission:
+        """The guard's admission of a put: namespace quotas (blobs count with the
+        objects), session quotas, and ``held_bytes`` against the in-flight budget."""
+        validate_namespace(spec.namespace)
+        old = self.catalog.blob(blob_key(spec.namespace, spec.key))
+        return self.guard.admit(
+            spec.namespace,
+            Role.WRITE,
+            put_bytes=spec.size_bytes,
+            replaced_bytes=int(old.size_bytes) if old is not None else 0,
+            new_objects=0 if old is not None else 1,
+            session=spec.session,
+            held_bytes=held_bytes,
+        )
+
+    def _upload(self, upload_id: str, caller: str) -> Upload:
+        """An upload in progress, once the principal may write its namespace."""
+        upload = self.uploads.get(upload_id, caller)
+        self.guard.authorize(upload.header.ref.namespace, Role.WRITE)
+        return upload
+
+    def _owner(self, spec: BlobSpec, caller: str) -> BlobSpec:
+        """The session that will own the blob: a session caller puts only as itself."""
+        session = spec.session
+        if caller:
+            if session and session != caller:
+                raise PermissionDenied(
+                    f"session {caller!r} may put blobs only as itself, not as {session!r}"
+                )
+            session = caller
+        sessions = self.sessions
+        if (
+            session
+            and sessions is not None
+            and (sessions.get(session) is not None or sessions.was_closed(session))
+        ):
+            sessions.require_open(session)
+            sessions.touch(session)
+        return spec if session == spec.session else dataclasses.replace(spec, session=session)
+
+    def _check_replace(self, spec: BlobSpec, caller: str) -> rec_pb.BlobRecord | None:
+        old = self.catalog.blob(blob_key(spec.namespace, spec.key))
+        if old is None:
+            return None
+        if spec.if_absent:
+            raise AlreadyExists(f"blob {spec.namespace}/{spec.key} exists (if_absent was set)")
+        if old.session and old.session != spec.session:
+            self._admit(spec.namespace, caller, old, write=True)
+            raise PermissionDenied(
+                f"blob {spec.namespace}/{spec.key} is owned by another session; choose another key"
+            )
+        return old
+
+    # -- upload -------------------------------------------------------------------------
+    def begin_upload(self, spec: BlobSpec, caller: str, data: bytes | None = None) -> UploadState:
+        """Announce an upload; finishes at once for inline data or a known content."""
+        spec = self._prepare(spec, caller)
+        with self._writing(spec, len(data) if data is not None else 0):
+            return self._begin(spec, caller, data)
+
+    def _begin(self, spec: BlobSpec, caller: str, data: bytes | None) -> UploadState:
+        if data is not None:
+            if len(data) != spec.size_bytes:
+                raise InvalidArgument(
+                    f"data has {len(data)} bytes but size_bytes is {spec.size_bytes}"
+                )
+            limit = int(self.config.inline_upload_max_bytes)
+            if len(data) > limit:
+                raise InvalidArgument(
+                    f"inline data of {len(data)} bytes exceeds {limit} "
+                    "(blobs.inline_upload_max_bytes); stream it with Upload"
+                )
+            sha, sums = digest_of(data, self.block_bytes)
+            self._check_hash(spec, sha, spec.sha256, "")
+            self.metrics.blob_bytes.labels("grpc", "in").inc(len(data))
+            return self._commit(spec, sha, sums, data, caller)
+        if spec.sha256:
+            content = self.catalog.content(spec.sha256)
+            if (
+                content is not None
+                and not content.damaged
+                and content.size_bytes == spec.size_bytes
+                and content.namespace_refs.get(spec.namespace, 0) > 0
+            ):
+                return self._commit(spec, spec.sha256, bytes(content.block_xxh3), None, caller)
+        self._check_capacity(spec.size_bytes)
+        upload = self.uploads.begin(spec_to_proto(spec), caller)
+        self.metrics.blob_uploads_active.set(len(self.uploads))
+        return self._state(upload)
+
+    def _prepare(self, spec: BlobSpec, caller: str) -> BlobSpec:
+        spec = checked_spec(spec, self.config)
+        self._admit(spec.namespace, caller, write=True)
+        spec = self._owner(spec, caller)
+        self._check_replace(spec, caller)
+        self._check_spaces(spec.embeddings)
+        return spec
+
+    def _check_capacity(self, size: int) -> None:
+        limit = int(self.config.max_stored_bytes)
+        used = self.catalog.totals.stored_bytes + self.uploads.pending_bytes
+        if used + size > limit:
+            raise CapacityExceeded(
+                f"the blob store holds {used} bytes (stored plus uploads in progress); "
+                f"{size} more would exceed blobs.max_stored_bytes={limit}"
+            )
+
+    def _check_spaces(self, embeddings: Sequence[tuple[str, np.ndarray[Any, Any]]]) -> None:
+        new = 0
+        for space, values in embeddings:
+            dim = self._spaces.get(space)
+            if dim is None:
+                new += 1
+            elif dim != len(values):
+                raise InvalidArgument(
+                    f"embedding space {space!r} holds {dim}-dimensional vectors, not {len(values)}"
+                )
+        if new and len(self._spaces) + new > self.config.max_spaces:
+            raise CapacityExceeded(
+                f"{len(self._spaces)} embedding spaces exist; the limit is "
+                f"{self.config.max_spaces} (blobs.max_spaces)"
+            )
+
+    def _state(self, upload: Upload) -> UploadState:
+        return UploadState(
+            upload.upload_id,
+            upload.size,
+            upload.durable,
+            self.block_bytes,
+            self.uploads.expires_ms(upload),
+        )
+
+    def upload_status(self, upload_id: str, caller: str) -> UploadState:
+        self._upload(upload_id, caller)
+        return self._state(self.uploads.settled(upload_id, caller))
+
+    def upload_stream(
+        self, upload_id: str, offset: int, chunks: Iterator[bytes], caller: str
+    ) -> UploadState:
+        """Write a stream of chunks from ``offset``; durable when this returns."""
+        self._upload(upload_id, caller)
+        with self.uploads.writing(upload_id, caller) as upload:
+            self.uploads.resume_at(upload, offset)
+            n = 0
+            try:
+                for chunk in chunks:
+                    self.uploads.write(upload, memoryview(chunk))
+                    n += len(chunk)
+            finally:
+                self.metrics.blob_bytes.labels("grpc", "in").inc(n)
+        return self._state(upload)
+
+    def begin_bulk_upload(self, owner: str, upload_id: str, offset: int, caller: str) -> Ticket:
+        """A bulk ticket to send bytes [offset, size) of an upload over TCP."""
+        dataplane = self._bulk_plane()
+        upload = self._upload(upload_id, caller)
+        self.uploads.check_offset(upload, offset)
+        nbytes = upload.size - offset
+
+        def run(channel: Channel) -> None:
+            with self.uploads.writing(upload_id, caller) as up:
+                self.uploads.resume_at(up, offset)
+                start = up.received
+                try:
+                    self.uploads.receive(up, channel, nbytes, BULK_BUFFER_BYTES)
+                finally:
+                    self.metrics.blob_bytes.labels("bulk", "in").inc(up.received - start)
+
+        return dataplane.transfers.issue_stream(owner, "stream_in", nbytes, run, lambda: None)
+
+    def _bulk_plane(self) -> DataPlane:
+        dataplane = self.dataplane
+        if dataplane is None or not dataplane.transfers.address:
+            raise FailedPrecondition("the bulk channel is off on this daemon; use the gRPC stream")
+        return dataplane
+
+    def abort_upload(self, upload_id: str, caller: str) -> bool:
+        self._upload(upload_id, caller)
+        aborted = self.uploads.abort(upload_id, caller)
+        self.metrics.blob_uploads_active.set(len(self.uploads))
+        return aborted
+
+    def finish(self, upload_id: str, sha256: bytes, caller: str) -> UploadState:
+        """Check the client's SHA-256 against the received bytes and store the blob."""
+        if len(sha256) != SHA256_BYTES:
+            raise InvalidArgument(
+                f"sha256 must be {SHA256_BYTES} bytes (the hash of the whole blob), "
+                f"got {len(sha256)}"
+            )
+        self._upload(upload_id, caller)
+        with self.uploads.writing(upload_id, caller) as upload:
+            if upload.received != upload.size:
+                raise FailedPrecondition(
+                    f"upload {upload_id} has {upload.received} of {upload.size} bytes; "
+                    "send the rest before finishing"
+                )
+            digest, sums = upload.hashed().finish()
+            spec = checked_spec(spec_from_proto(upload.header), self.config)
+            try:
+                self._check_hash(spec, digest, sha256, upload_id)
+            except Corrupted:
+                self.uploads.finish(upload, "discarded (its bytes did not match the hash)")
+                raise
+            upload.open()
+            os.fdatasync(upload.fd)
+            upload.close()
+            head = bytes(upload.head)
+            try:
+                with self._writing(spec, 0):
+                    state = self._commit(
+                        spec, digest, sums, upload.path, upload.caller, upload_id, head
+                    )
+            except BaseException:
+                self.uploads.finish(upload, "failed")
+                raise
+            self.uploads.finish(upload, "finished")
+        self.metrics.blob_uploads_active.set(len(self.uploads))
+        return state
+
+    def _check_hash(self, spec: BlobSpec, digest: bytes, client: bytes, upload_id: str) -> None:
+        for claimed in (client, spec.sha256):
+            if claimed and claimed != digest:
+                self.metrics.checksum_failures.labels("upload").inc()
+                self.metrics.blob_ops.labels("put", "failed").inc()
+                what = f"upload {upload_id}" if upload_id else f"blob {spec.namespace}/{spec.key}"
+                raise Corrupted(
+                    f"{what}: the client's sha256 {claimed.hex()} does not match the received "
+                    f"bytes ({digest.hex()}); nothing was stored"
+                )
+
+    # -- commit ---------------------------------------------------------------------------
+    def _commit(
+        self,
+        spec: BlobSpec,
+        sha: bytes,
+        sums: bytes,
+        source: bytes | Path | None,
+        caller: str,
+        upload_id: str = "",
+        head: bytes = b"",
+    ) -> UploadState:
+        """Store the blob: adopt new bytes (or count a reference to known ones),
+        then one synced batch. ``source`` is the whole content (bytes or an fsynced
+        staging file), or None when the client named a stored content by hash."""
+        embeddings = self._with_text_embedding(spec, sha, source, head)
+        deduplicated = False
+        with self._lock:
+            spec = self._owner(spec, caller)
+            old = self._check_replace(spec, caller)
+            self._create_spaces(embeddings)
+            content = self.catalog.content(sha)
+            new_content = None
+            inline = None
+            if content is None or content.damaged:
+                if source is None:
+                    raise FailedPrecondition(
+                        f"content {sha.hex()} is no longer stored; upload the bytes"
+                    )
+                new_content, inline = self._store_content(sha, sums, spec.size_bytes, source)
+                if content is not None:  # a repair: same references, fresh bytes
+                    new_content.refs = content.refs
+                    new_content.namespace_refs.update(content.namespace_refs)
+                    self.catalog.update_content(sha, new_content)
+                    log.warning("content %s was damaged and is repaired by a new upload", sha.hex())
+                    new_content = None
+            else:
+                deduplicated = True
+                if isinstance(source, Path):
+                    source.unlink(missing_ok=True)
+            record = rec_pb.BlobRecord(
+                namespace=spec.namespace,
+                key=spec.key,
+                sha256=sha,
+                size_bytes=spec.size_bytes,
+                media_type=spec.media_type,
+                tags=list(spec.tags),
+                session=spec.session,
+                created_unix_ms=now_ms(),
+                embeddings=[
+                    rec_pb.StoredEmbedding(space=s, values=v.astype("<f4").tobytes())
+                    for s, v in embeddings
+                ],
+                version=(old.version + 1) if old is not None else 1,
+                uid=self.catalog.next_uid(),
+            )
+            change = self.catalog.commit(
+                record, new_content=new_content, inline=inline, upload_id=upload_id
+            )
+            self._after_unref(change.old, change.freed)
+            refs = self._refs(sha)
+        self._changed()
+        self.metrics.blob_ops.labels("put", "deduplicated" if deduplicated else "stored").inc()
+        info = info_from_record(record, self.block_bytes, refs)
+        return UploadState("", spec.size_bytes, spec.size_bytes, self.block_bytes, 0, info,
+                           deduplicated)  # fmt: skip
+
+    def _store_content(
+        self, sha: bytes, sums: bytes, size: int, source: bytes | Path
+    ) -> tuple[rec_pb.ContentRecord, bytes | None]:
+        """Put new bytes where they live (call with the lock held)."""
+        record = rec_pb.ContentRecord(
+            size_bytes=size,
+            refs=0,
+            block_bytes=self.block_bytes,
+            block_xxh3=sums,
+            created_unix_ms=now_ms(),
+        )
+        if size <= int(self.config.inline_max_bytes):
+            record.store = rec_pb.ContentRecord.INLINE
+            data = source if isinstance(source, bytes) else source.read_bytes()
+            if isinstance(source, Path):
+                source.unlink(missing_ok=True)
+            return record, data
+        if isinstance(source, bytes):
+            staging = self.uploads.directory / f"inline-{sha.hex()}.part"
+            _write_file(staging, source)
+            source = staging
+        self.payloads.adopt(sha, source, size)
+        lance = self.payloads is self.lance
+        record.store = rec_pb.ContentRecord.LANCE if lance else rec_pb.ContentRecord.FILES
+        return record, None
+
+    def _after_unref(self, old: rec_pb.BlobRecord | None, freed: Freed | None) -> None:
+        """Remove a freed content's payload, and cached copies a namespace no
+        longer references (call with the lock held)."""
+        if freed is not None:
+            store = self._store_of(freed.content)
+            if store is not None:
+                store.delete(freed.sha256)
+        if old is not None:
+            content = self.catalog.content(old.sha256)
+            if content is None or content.namespace_refs.get(old.namespace, 0) <= 0:
+                self.cache.drop(old.namespace, old.sha256)
+
+    def _refs(self, sha: bytes) -> int:
+        content = self.catalog.content(sha)
+        return int(content.refs) if content is not None else 0
+
+    def _store_of(self, content: rec_pb.ContentRecord) -> PayloadStore | None:
+        if content.store == rec_pb.ContentRecord.FILES:
+            return self.files
+        if content.store == rec_pb.ContentRecord.LANCE:
+            return self.lance
+        return None
+
+    def _create_spaces(self, embeddings: Sequence[tuple[str, np.ndarray[Any, Any]]]) -> None:
+        self._check_spaces(embeddings)
+        for space, values in embeddings:
+            if space not in self._spaces:
+                self.catalog.put_space(space, len(values))
+                self._spaces[space] = len(values)
+                if self.index is not None:
+                    self.index.ensure_space(space, len(values))
+
+    def _with_text_embedding(
+        self, spec: BlobSpec, sha: bytes, source: bytes | Path | None, head: bytes
+    ) -> list[tuple[str, np.ndarray[Any, Any]]]:
+        embeddings = list(spec.embeddings)
+        if (
+            self.embedder is None
+            or not spec.is_text
+            or spec.skip_text_embedding
+            or any(space == self.text_space for space, _ in embeddings)
+            or spec.size_bytes == 0
+        ):
+            return embeddings
+        limit = int(self.config.text_embed_max_bytes)
+        if isinstance(source, bytes):
+            head = source[:limit]
+        elif source is None:
+            head = self._read_head(sha, limit)
+        text = head[:limit].decode("utf-8", "replace").strip()
+        if text:
+            embeddings.append((self.text_space, self.embedder.embed([text])[0]))
+        return embeddings
+
+    def _read_head(self, sha: bytes, limit: int) -> bytes:
+        content = self.catalog.content(sha)
+        if content is None:
+            return b""
+        reader = self._payload(sha, content, "text embedding")
+        try:
+            buf = bytearray(min(limit, int(content.size_bytes)))
+            reader.readinto(0, memoryview(buf))
+            return bytes(buf)
+        finally:
+            reader.close()
+
+    # -- download -------------------------------------------------------------------------
+    def _find(self, namespace: str, key: str, caller: str) -> rec_pb.BlobRecord:
+        with self._reading(namespace):
+            self._admit(namespace, caller)
+            record = self.catalog.blob(blob_key(namespace, key))
+            if record is None:
+                raise NotFound(f"blob {namespace}/{key} not found")
+            self._admit(namespace, caller, record)
+            return record
+
+    def _content(self, record: rec_pb.BlobRecord) -> rec_pb.ContentRecord:
+        content = self.catalog.content(record.sha256)
+        if content is None:
+            raise InvariantViolation(
+                f"blob {record.namespace}/{record.key} names content {record.sha256.hex()}, "
+                "which has no record"
+            )
+        return content
+
+    def _payload(self, sha: bytes, content: rec_pb.ContentRecord, what: str) -> PayloadReader:
+        if content.store == rec_pb.ContentRecord.INLINE:
+            data = self.catalog.inline(sha)
+            if data is None:
+                self._damaged(sha, what, -1)
+                raise Corrupted(f"{what}: its inline bytes are missing")
+            return MemoryPayload(data)
+        store = self._store_of(content)
+        if store is None:
+            raise InvariantViolation(f"content {sha.hex()} has no known store")
+        try:
+            return store.open(sha, int(content.size_bytes))
+        except Corrupted:
+            self._damaged(sha, what, -1)
+            raise
+
+    def _damaged(self, sha: bytes, what: str, block: int) -> None:
+        self.metrics.checksum_failures.labels("ssd").inc()
+        log.error("blob content %s is damaged (%s, block %d)", sha.hex(), what, block)
+        with self._lock:
+            content = self.catalog.content(sha)
+            if content is not None and not content.damaged:
+                content.damaged = True
+                self.catalog.update_content(sha, content)
+
+    def _verified(
+        self, record: rec_pb.BlobRecord, content: rec_pb.ContentRecord, rng: Any
+    ) -> VerifiedReader:
+        sha = bytes(record.sha256)
+        what = f"blob {record.namespace}/{record.key}"
+        return VerifiedReader(
+            self._payload(sha, content, what),
+            rng,
+            int(content.block_bytes),
+            bytes(content.block_xxh3),
+            int(self.config.read_unit_bytes),
+            what,
+            lambda block: self._damaged(sha, what, block),
+        )
+
+    def _plan(self, record: rec_pb.BlobRecord, offset: int, length: int) -> DownloadPlan:
+        size = int(record.size_bytes)
+        if offset < 0 or length < 0 or offset > size:
+            raise OutOfRange(f"offset {offset} is outside blob {record.key!r} of {size} bytes")
+        length = size - offset if length == 0 else length
+        if offset + length > size:
+            raise OutOfRange(
+                f"range [{offset}, {offset + length}) is outside blob "
+                f"{record.namespace}/{record.key} of {size} bytes"
+            )
+        content = self._content(record)
+        if content.damaged:
+            raise Corrupted(
+                f"blob {record.namespace}/{record.key}: its stored bytes are damaged (they "
+                "failed their checksum) and are not served. Upload the same bytes again "
+                "to repair it"
+            )
+        block = int(content.block_bytes)
+        rng = aligned_range(offset, length, size, block)
+        sums = sums_slice(bytes(content.block_xxh3), rng.first_block, rng.blocks)
+        info = info_from_record(record, block, int(content.refs))
+        return DownloadPlan(info, rng, block, sums)
+
+    def _cached(self, record: rec_pb.BlobRecord, content: rec_pb.ContentRecord) -> Any:
+        """The blob's DRAM copy (read-leased) if cached or worth caching now, else None."""
+        ns, sha, size = record.namespace, bytes(record.sha256), int(record.size_bytes)
+        reader = self.cache.open(ns, sha)
+        rate, reads = self.cache.note_read(ns, sha)
+        if reader is not None:
+            return reader
+        density = self.cache.wants(size, rate, reads)
+        if density is None:
+            return None
+        full = aligned_range(0, size, size, int(content.block_bytes))
+
+        def copy_into(buffer: memoryview) -> None:
+            verified = self._verified(record, content, full)
+            try:
+                pos = 0
+                for view in verified.views():
+                    buffer[pos : pos + len(view)] = view
+                    pos += len(view)
+            finally:
+                verified.close()
+
+        if not self.cache.fill(ns, sha, size, density, copy_into):
+            return None
+        self.metrics.blob_cache_fills.inc()
+        return self.cache.open(ns, sha)
+
+    def _views(
+        self, record: rec_pb.BlobRecord, plan: DownloadPlan, cached: Any
+    ) -> tuple[Iterator[memoryview], Callable[[], None]]:
+        """The aligned range's bytes: from the cached copy, or verified payload reads."""
+        rng = plan.range
+        if cached is not None:
+            view = cached.view[rng.aligned_offset : rng.aligned_offset + rng.aligned_length]
+            unit = int(self.config.read_unit_bytes)
+            self.metrics.blob_reads.labels("cache").inc()
+            return (view[i : i + unit] for i in range(0, len(view), unit)), cached.release
+        content = self._content(record)
+        verified = self._verified(record, content, rng)
+        self.metrics.blob_reads.labels(_store_label(content)).inc()
+        return verified.views(), verified.close
+
+    def open_download(
+        self,
+        namespace: str,
+        key: str,
+        offset: int,
+        length: int,
+        caller: str,
+        *,
+        paths: Sequence[str] = (),
+        owner: str = "",
+        lease_ttl_ms: int = 0,
+    ) -> DownloadPlan:
+        """Plan a read and, when a fast path the client accepts can serve it, grant
+        it: the bytes inline (small ranges), a shared-memory lease on the DRAM
+        copy, or a bulk ticket."""
+        record = self._find(namespace, key, caller)
+        plan = self._plan(record, offset, length)
+        dataplane = self.dataplane
+        if dataplane is None or not ({"shm", "bulk"} & set(paths)):
+            return plan
+        if plan.range.aligned_length <= int(self.config.inline_max_bytes):
+            cached = self.cache.open(record.namespace, bytes(record.sha256))
+            views, close = self._views(record, plan, cached)
+            try:
+                plan.grant = b"".join(bytes(v) for v in views)
+            finally:
+                close()
+            self.metrics.blob_bytes.labels("grpc", "out").inc(plan.range.length)
+            return plan
+        content = self._content(record)
+        cached = self._cached(record, content) if plan.range.aligned_length else None
+        if cached is not None and "shm" in paths and dataplane.shm.arena is not None:
+            grant = self._shm_grant(dataplane, record, owner, lease_ttl_ms)
+            if grant is not None:
+                cached.release()
+                plan.grant = grant
+                self.metrics.blob_reads.labels("cache").inc()
+                self.metrics.blob_bytes.labels("shm", "out").inc(plan.range.length)
+                return plan
+        if cached is None and "shm" in paths and plan.range.aligned_offset == 0:
+            grant = self._staged_grant(dataplane, record, content, plan, owner, lease_ttl_ms)
+            if grant is not None:
+                plan.grant = grant
+                self.metrics.blob_bytes.labels("shm", "out").inc(plan.range.length)
+                return plan
+        if "bulk" in paths and dataplane.transfers.address:
+            views, close = self._views(record, plan, cached)
+            sent = plan.range.aligned_length
+
+            def run(channel: Channel) -> None:
+                for view in views:
+                    channel.sendall(view)
+                self.metrics.blob_bytes.labels("bulk", "out").inc(sent)
+
+            plan.grant = dataplane.transfers.issue_stream(owner, "stream_out", sent, run, close)
+            return plan
+        if cached is not None:
+            cached.release()
+        return plan
+
+    def _staged_grant(
+        self,
+        dataplane: DataPlane,
+        record: rec_pb.BlobRecord,
+        content: rec_pb.ContentRecord,
+        plan: DownloadPlan,
+        owner: str,
+        ttl_ms: int,
+    ) -> ShmGrant | None:
+        """A cold read for a client on this host: the range read and verified
+        straight into a shared-memory extent leased to it (one copy to the client
+        instead of a socket), when the arena has room; else None (bulk serves it)."""
+        shm = dataplane.shm
+        if shm.arena is None or plan.range.aligned_length < shm.arena.arena_min_bytes:
+            return None
+        verified = self._verified(record, content, plan.range)
+        ttl_s = shm.ttl_s(ttl_ms)
+        try:
+            lease = shm.stage(
+                owner, plan.range.aligned_length, Kind.BLOB, verified.read_into, ttl_s
+            )
+        except (CapacityExceeded, FailedPrecondition, InvalidArgument):
+            return None
+        finally:
+            verified.close()
+        info = shm.info()
+        if info is None:
+            shm.release(owner, [lease.lease_id])
+            return None
+        self.metrics.blob_reads.labels(_store_label(content)).inc()
+        return ShmGrant(lease.lease_id, info.arena_id, lease.offset, lease.length,
+                        int(ttl_s * 1000))  # fmt: skip
+
+    def _shm_grant(
+        self, dataplane: DataPlane, record: rec_pb.BlobRecord, owner: str, ttl_ms: int
+    ) -> ShmGrant | None:
+        shm = dataplane.shm
+        ttl_s = shm.ttl_s(ttl_ms)
+        key = cache_key(record.namespace, bytes(record.sha256))
+        try:
+            grants = shm.lease(owner, [key], ttl_s, 1)
+        except (NotFound, CapacityExceeded, FailedPrecondition):
+            return None
+        lease = grants[0].lease
+        info = shm.info()
+        if lease is None or info is None:
+            return None
+        return ShmGrant(lease.lease_id, info.arena_id, lease.offset, lease.length,
+                        int(ttl_s * 1000))  # fmt: skip
+
+    def download(
+        self, namespace: str, key: str, offset: int, length: int, caller: str
+    ) -> tuple[DownloadPlan, Iterator[memoryview]]:
+        """A read over the gRPC stream: the plan and the aligned range's bytes
+        (verified; from the DRAM copy when cached). Close the iterator when done."""
+        record = self._find(namespace, key, caller)
+        plan = self._plan(record, offset, length)
+        cached = None
+        if plan.range.aligned_length:
+            cached = self._cached(record, self._content(record))
+        views, close = self._views(record, plan, cached)
+
+        def stream() -> Iterator[memoryview]:
+            sent = 0
+            try:
+                for view in views:
+                    yield view
+                    sent += len(view)
+            finally:
+                close()
+                self.metrics.blob_bytes.labels("grpc", "out").inc(sent)
+
+        return plan, stream()
+
+    # -- stat, delete, list ----------------------------------------------------------------
+    def stat(self, namespace: str, key: str, caller: str) -> BlobInfo:
+        record = self._find(namespace, key, caller)
+        cached = self.cache.tier(namespace, bytes(record.sha256)) == Tier.DRAM
+        return info_from_record(record, self.block_bytes, self._refs(record.sha256), cached)
+
+    def delete(self, namespace: str, key: str, caller: str) -> tuple[bool, bool]:
+        """(deleted, the content's last reference went with it)."""
+        self._admit(namespace, caller, write=True)
+        bkey = blob_key(namespace, key)
+        with self.guard.admit(namespace, Role.WRITE), self._lock:
+            record = self.catalog.blob(bkey)
+            if record is None:
+                return False, False
+            self._admit(namespace, caller, record, write=True)
+            change = self.catalog.delete(bkey)
+            self._after_unref(change.old, change.freed)
+        self._changed()
+        self.metrics.blob_ops.labels("delete", "deleted").inc()
+        return True, change.freed is not None
+
+    def list_blobs(
+        self, namespace: str, flt: Filter, page_size: int, page_token: str, caller: str
+    ) -> tuple[list[BlobInfo], str]:
+        with self._reading(namespace):
+            return self._list(namespace, flt, page_size, page_token, caller)
+
+    def _list(
+        self, namespace: str, flt: Filter, page_size: int, page_token: str, caller: str
+    ) -> tuple[list[BlobInfo], str]:
+        self._admit(namespace, caller)
+        if page_size > self._list_page_max:
+            raise InvalidArgument(
+                f"page_size {page_size} exceeds the limit of {self._list_page_max}"
+            )
+        page_size = page_size or min(100, self._list_page_max)
+        start = _decode_token(page_token)
+        prefix = blob_key(namespace, flt.key_prefix)
+        out: list[BlobInfo] = []
+        last = b""
+        scanned = 0
+        for bkey, record in self.catalog.scan(prefix, start):
+            last = bkey
+            scanned += 1
+            if flt.matches(record) and self._visible(record, caller):
+                out.append(info_from_record(record, self.block_bytes, self._refs(record.sha256)))
+                if len(out) >= page_size:
+                    break
+            if scanned >= LIST_SCAN_MAX:
+                break
+        more = len(out) >= page_size or scanned >= LIST_SCAN_MAX
+        return out, (_encode_token(last) if more and last else "")
+
+    def _visible(self, record: rec_pb.BlobRecord, caller: str) -> bool:
+        try:
+            self._admit(record.namespace, caller, record)
+        except (NotFound, PermissionDenied):
+            return False
+        return True
+
+    # -- search ---------------------------------------------------------------------------
+    def search(
+        self,
+        namespace: str,
+        *,
+        vector_values: Sequence[float] | np.ndarray[Any, Any] | None,
+        space: str,
+        text: str | None,
+        k: int,
+        flt: Filter,
+        metric: int,
+        caller: str,
+    ) -> list[SearchHit]:
+        """The ``k`` blobs nearest the query, filtered; a text query is embedded by
+        the daemon's text embedder and searched in its space."""
+        self._admit(namespace, caller)
+        with self._reading(namespace):
+            return self._search(namespace, vector_values, space, text, k, flt, metric, caller)
+
+    def _search(
+        self,
+        namespace: str,
+        vector_values: Sequence[float] | np.ndarray[Any, Any] | None,
+        space: str,
+        text: str | None,
+        k: int,
+        flt: Filter,
+        metric: int,
+        caller: str,
+    ) -> list[SearchHit]:
+        if k > self.config.max_k:
+            raise InvalidArgument(f"k={k} exceeds the limit of {self.config.max_k} (blobs.max_k)")
+        k = k or 10
+        if metric not in (0, 1, 2, 3):
+            raise InvalidArgument(f"unknown metric {metric}")
+        if text is not None:
+            if self.embedder is None:
+                raise FailedPrecondition(no_embedder_message(self.config.text_embedder))
+            if not text.strip():
+                raise InvalidArgument("the query text is empty")
+            space = self.text_space
+            query = self.embedder.embed([text])[0]
+        else:
+            if vector_values is None:
+                raise InvalidArgument("a search needs a query vector or a query text")
+            space = space_name(space)
+            query = vector(vector_values, self.config, "query vector")
+        dim = self._spaces.get(space)
+        if dim is None:
+            raise NotFound(
+                f"no blob has an embedding in space {space!r}"
+                + (" (text blobs are embedded in that space as they are stored)" if text else "")
+            )
+        if dim != len(query):
+            raise InvalidArgument(
+                f"space {space!r} holds {dim}-dimensional vectors; the query has {len(query)}"
+            )
+        self.flush_index()
+        index = self._require_index()
+        where = where_clause(
+            namespace,
+            flt.media_type,
+            flt.tags_all,
+            flt.tags_any,
+            flt.session,
+            flt.key_prefix,
+            None if not caller else ["", caller],
+        )
+        hits = []
+        for hit in index.search(space, query, k, where, metric):
+            record = self.catalog.blob(blob_key(hit.namespace, hit.key))
+            if record is None or record.uid != hit.uid or not self._visible(record, caller):
+                continue
+            info = info_from_record(record, self.block_bytes, self._refs(record.sha256))
+            hits.append(SearchHit(info, hit.distance, space))
+        self.metrics.blob_ops.labels("search", "found" if hits else "missing").inc()
+        return hits
+
+    def _require_index(self) -> SearchIndex:
+        if self.index is None:
+            raise FailedPrecondition("the blob store is not open")
+        return self.index
+
+    # -- the search journal and upkeep -----------------------------------------------------
+    def _changed(self) -> None:
+        self._changes += 1
+        self._publish_gauges()
+
+    def flush_index(self) -> int:
+        """Write pending changes to the search tables; returns entries applied."""
+        index = self.index
+        if index is None:
+            return 0
+        applied = 0
+        with self._index_lock:
+            while True:
+                entries = self.catalog.journal(INDEX_BATCH)
+                if not entries:
+                    break
+                drops: set[int] = set()
+                records: dict[bytes, rec_pb.BlobRecord] = {}
+                for _key, entry in entries:
+                    drops.update(entry.drop_uids)
+                    record = self.catalog.blob(entry.blob_key)
+                    if record is not None:
+                        drops.add(record.uid)
+                        records[entry.blob_key] = record
+                    else:
+                        records.pop(entry.blob_key, None)
+                index.apply(drops, list(records.values()))
+                self.catalog.ack([key for key, _ in entries])
+                applied += len(entries)
+        if applied:
+            self.metrics.blob_index_pending.set(self.catalog.journal_pending)
+        return applied
+
+    def maintain(self) -> None:
+        """Reap idle uploads; optimize the LanceDB tables after enough changes."""
+        if self.uploads.reap_expired():
+            self.metrics.blob_uploads_active.set(len(self.uploads))
+        self.flush_index()
+        if self._changes >= self.config.optimize_after_changes:
+            self._changes = 0
+            if self.index is not None:
+                self.index.optimize()
+            if self.lance is not None:
+                with self._lock:
+                    self.lance.optimize()
+
+    def _publish_gauges(self) -> None:
+        t = self.catalog.totals
+        m = self.metrics
+        m.blobs.set(t.blobs)
+        m.blob_logical_bytes.set(t.logical_bytes)
+        m.blob_stored_bytes.set(t.stored_bytes)
+        m.blob_index_pending.set(self.catalog.journal_pending)
+        m.blob_uploads_active.set(len(self.uploads))
+
+    # -- sessions, stats ---------------------------------------------------------------------
+    def drop_session(self, session: str) -> cleanup.Freed:
+        """Delete every blob ``session`` owns (a content shared with others stays)."""
+        freed = cleanup.Freed()
+        for bkey in self.catalog.session_blobs(session):
+            with self._lock:
+                record = self.catalog.blob(bkey)
+                if record is None or record.session != session:
+                    continue
+                change = self.catalog.delete(bkey)
+                self._after_unref(change.old, change.freed)
+            freed.items += 1
+            if change.freed is not None:
+                n = int(change.freed.content.size_bytes)
+                freed.bytes_by_tier[Tier.SSD] = freed.bytes_by_tier.get(Tier.SSD, 0) + n
+        if freed.items:
+            self._changed()
+        return freed
+
+    def stats(self) -> BlobStats:
+        t = self.catalog.totals
+        with self.store.lock:
+            namespaces = list(self.store.catalog.namespaces)
+        return BlobStats(
+            blobs=t.blobs,
+            logical_bytes=t.logical_bytes,
+            contents=t.contents,
+            stored_bytes=t.stored_bytes,
+            uploads_active=len(self.uploads),
+            index_pending=self.catalog.journal_pending,
+            payload_store=self.payloads.name,
+            lance_uri=self.lance_uri,
+            cached_bytes=self.cache.cached_bytes(namespaces),
+            inline_upload_max_bytes=int(self.config.inline_upload_max_bytes),
+            max_blob_bytes=int(self.config.max_blob_bytes),
+            text_space=self.text_space,
+            spaces=tuple(sorted(self._spaces)),
+            block_bytes=self.block_bytes,
+        )
+
+    def payload_path(self, sha256: bytes) -> Path | None:
+        """The payload file of a content in the ``files`` store (operators, fsck, benches)."""
+        content = self.catalog.content(sha256)
+        if content is None or content.store != rec_pb.ContentRecord.FILES:
+            return None
+        return self.files.path(sha256)
+
+
+def _store_label(content: rec_pb.ContentRecord) -> Literal["files", "lance", "inline"]:
+    if content.store == rec_pb.ContentRecord.LANCE:
+        return "lance"
+    if content.store == rec_pb.ContentRecord.INLINE:
+        return "inline"
+    return "files"
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            done += os.write(fd, view[done:])
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def _encode_token(key: bytes) -> str:
+    return base64.urlsafe_b64encode(key).decode()
+
+
+def _decode_token(token: str) -> bytes | None:
+    if not token:
+        return None
+    try:
+        return base64.urlsafe_b64decode(token.encode())
+    except (binascii.Error, ValueError):
+        raise InvalidArgument("page_token is not one this server issued") from None
