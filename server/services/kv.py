@@ -26,15 +26,15 @@ import re
 from binascii import hexlify
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
 import xxhash
 
 from tiermem.server.codecs import lossy
-from tiermem.server.config import KvConfig
-from tiermem.server.errors import InvalidArgument, NotFound, TiermemError
+from tiermem.server.config import KvConfig, RemoteTierConfig
+from tiermem.server.errors import InvalidArgument, NotFound, TiermemError, Unavailable
 from tiermem.server.model import (
     Durability,
     Kind,
@@ -50,7 +50,15 @@ from tiermem.server.model import (
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.objects import ObjectService, PutSpec, StagedPut
 from tiermem.server.services.placement import PlacementService
+from tiermem.server.services.remote import RemoteService
 from tiermem.server.services.store import Store
+from tiermem.server.tiers.remote import RemoteValue
+
+#: Blocks fetched from the remote tier in the first window of a get (their size is
+#: not known before; later windows hold about tiers.remote.batch_max_bytes).
+_FIRST_REMOTE_WINDOW = 8
+#: Marks a block that is held locally (not pulled from the remote tier).
+_LOCAL: Any = object()
 
 MAX_MODEL_BYTES = 256
 MAX_HASH_BYTES = 64
@@ -247,6 +255,8 @@ class KvService:
         self.mover = mover
         self.config = config
         self.placement = placement
+        #: the remote service when a remote tier shares KV blocks (set by the daemon)
+        self.remote: RemoteService | None = None
 
     # -- put ----------------------------------------------------------------------
     def validate_put(
@@ -399,29 +409,77 @@ class KvService:
         return self._reads(scope, chunk_hashes)
 
     def _reads(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> Iterator[BlockRead]:
-        metrics = self.store.metrics
-        for h in chunk_hashes:
+        remote = self.remote
+        if remote is None or not remote.shares_kv:
+            for h in chunk_hashes:
+                yield self._read_local(scope, h)
+            return
+        # Blocks not held here are fetched from the remote tier a window at a time
+        # (one batch each); the window is sized from the blocks seen so far so one
+        # window holds about tiers.remote.batch_max_bytes.
+        keys = scope.encoded_keys(chunk_hashes)
+        cfg = remote.config
+        window = min(cfg.batch_max_objects, _FIRST_REMOTE_WINDOW)
+        start = 0
+        while start < len(keys):
+            part = range(start, min(len(keys), start + window))
+            pulled = remote.pull([keys[i] for i in part])
             try:
-                reader = self.objects.read(scope.object_key(h))
-            except NotFound:
-                metrics.kv_blocks.labels("get", "missing").inc()
-                yield BlockRead(h)
-                continue
-            meta = reader.meta
-            metrics.kv_blocks.labels("get", "found").inc()
-            if meta.codec and meta.tensor is not None:
-                try:
-                    data = lossy.decode(reader.view, meta.tensor)
-                finally:
-                    reader.release()
-                yield BlockRead(
-                    h, meta.tensor, memoryview(data), xxhash.xxh3_64_intdigest(data), meta.codec,
-                    meta.tier,
-                )  # fmt: skip
-                continue
-            yield BlockRead(
-                h, meta.tensor, reader.view, meta.checksum, "", meta.tier, reader.release
-            )
+                for i in part:
+                    value = pulled.pop(keys[i], _LOCAL)
+                    if value is _LOCAL:
+                        read = self._read_local(scope, chunk_hashes[i])
+                    else:
+                        read = self._read_remote(chunk_hashes[i], value)
+                    if read.view is not None:
+                        window = max(1, min(cfg.batch_max_objects, _window(cfg, len(read.view))))
+                    yield read
+            finally:
+                for rest in pulled.values():
+                    if rest is not None:
+                        rest.release()
+            start = part.stop
+
+    def _read_local(self, scope: KvScope, h: bytes) -> BlockRead:
+        metrics = self.store.metrics
+        try:
+            reader = self.objects.read(scope.object_key(h))
+        except (NotFound, Unavailable):  # Unavailable: only copy in a remote store that is down
+            metrics.kv_blocks.labels("get", "missing").inc()
+            return BlockRead(h)
+        meta = reader.meta
+        metrics.kv_blocks.labels("get", "found").inc()
+        if meta.codec and meta.tensor is not None:
+            try:
+                data = lossy.decode(reader.view, meta.tensor)
+            finally:
+                reader.release()
+            return BlockRead(
+                h, meta.tensor, memoryview(data), xxhash.xxh3_64_intdigest(data), meta.codec,
+                meta.tier,
+            )  # fmt: skip
+        return BlockRead(h, meta.tensor, reader.view, meta.checksum, "", meta.tier, reader.release)
+
+    def _read_remote(self, h: bytes, value: RemoteValue | None) -> BlockRead:
+        """A block served from bytes just fetched from the remote tier (verified)."""
+        metrics = self.store.metrics
+        if value is None:
+            metrics.kv_blocks.labels("get", "missing").inc()
+            return BlockRead(h)
+        metrics.kv_blocks.labels("get", "found").inc()
+        meta = value.meta
+        if meta.codec and meta.tensor is not None:
+            try:
+                data = lossy.decode(value.payload, meta.tensor)
+            finally:
+                value.release()
+            return BlockRead(
+                h, meta.tensor, memoryview(data), xxhash.xxh3_64_intdigest(data), meta.codec,
+                Tier.REMOTE,
+            )  # fmt: skip
+        return BlockRead(
+            h, meta.tensor, value.payload, meta.checksum, "", Tier.REMOTE, value.release
+        )
 
     # -- lookup / prefetch ------------------------------------------------------------
     def _probe(
@@ -441,14 +499,25 @@ class KvService:
 
     def lookup_prefix(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefixHit:
         """How many leading chunks of the chain are stored, and their tiers.
-        Answered from the in-memory index alone (no RocksDB read)."""
-        _, rows, tiers = self._probe(
+        Answered from the in-memory index (no RocksDB read); with a shared remote
+        tier, chunks not held here (or served from it) are looked up there in
+        batches: found ones count, with tier REMOTE."""
+        keys, rows, tiers = self._probe(
             scope, chunk_hashes, self.config.max_chain_chunks, "LookupPrefix"
         )
         missing = np.flatnonzero(rows < 0)
         n = int(missing[0]) if len(missing) else len(rows)
+        remote = self.remote
+        if (
+            remote is not None
+            and remote.shares_kv
+            and (n < len(rows) or bool((tiers[:n] == int(Tier.REMOTE)).any()))
+        ):
+            n, found_tiers = remote.extend_prefix(keys, rows, tiers)
+        else:
+            found_tiers = tiers[:n].tobytes()
         self.store.metrics.kv_blocks.labels("lookup", "found").inc(n)
-        return PrefixHit(n, tiers[:n].tobytes())
+        return PrefixHit(n, found_tiers)
 
     def prefetch(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefetchReport:
         """Keep the chunks in memory: refresh resident ones, promote the others."""
@@ -530,3 +599,8 @@ class KvService:
                 durable = durable or entry.durable
                 deleted += 1
         return deleted, freed, durable
+
+
+def _window(config: RemoteTierConfig, block_bytes: int) -> int:
+    """Blocks per remote fetch so one fetch holds about ``batch_max_bytes``."""
+    return int(config.batch_max_bytes) // max(block_bytes, 1)

@@ -155,6 +155,9 @@ class ObjectService:
         self.catalog = store.catalog
         #: Put/access checks (see ObjectGuard); replaced by the session service.
         self.guard: ObjectGuard = OpenAccess()
+        #: Called after every committed put (outside the lock); the remote service
+        #: publishes shared kinds from it.
+        self.on_commit: Callable[[ObjectMeta], None] | None = None
 
     @property
     def pressure(self) -> threading.Event:
@@ -211,6 +214,7 @@ class ObjectService:
         path: str = "grpc",
         *,
         sync: bool = True,
+        publish: bool = True,
     ) -> ObjectMeta:
         """Make a filled reservation visible exactly like a put: SSD copy when the
         object is DURABLE or admitted to SSD, engine commit, catalog commit, then
@@ -218,7 +222,8 @@ class ObjectService:
         batch) the WAL sync. ``checksum`` is the xxh3-64 of the buffer, already
         checked against the client's (``check_upload``). Consumes the reservation:
         on failure its space is returned and nothing stored changes. ``path``
-        labels the bytes metric (grpc, shm, bulk)."""
+        labels the bytes metric (grpc, shm, bulk, remote). ``publish``: tell
+        ``on_commit`` (False for values that came from the remote tier)."""
         durable = profile.durability == Durability.DURABLE
         encoded = spec.key.encode()
         ssd_copy: SsdCopy | None = None
@@ -241,6 +246,8 @@ class ObjectService:
             self.sync()
         self.placement.after_put(encoded, profile)
         self.store.metrics.data_bytes.labels(path, "in").inc(spec.size_bytes)
+        if publish and self.on_commit is not None:
+            self.on_commit(meta)
         return meta
 
     def sync(self) -> None:
