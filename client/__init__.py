@@ -5,17 +5,20 @@ Light dependencies only (grpcio, protobuf, numpy); torch is used if installed
 This package never imports server code.
 """
 
+from tiermem.client._transport import TlsOptions
 from tiermem.client.aio import AsyncClient
 from tiermem.client.errors import (
     AlreadyExistsError,
     CapacityError,
     ChecksumError,
+    DeadlineError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     TiermemClientError,
     UnavailableError,
 )
+from tiermem.client.integrity import CheckResult, DamagedObject
 from tiermem.client.kv import FetchedBlock, KvBlock, KvClient, KvScope, PrefixHit, StoredBlock
 from tiermem.client.operators import OperatorInfo
 from tiermem.client.placement import PlacementClient
@@ -55,6 +58,7 @@ __all__ = [
     "AlreadyExistsError",
     "AsyncClient",
     "CapacityError",
+    "CheckResult",
     "ChecksumError",
     "Client",
     "CloseResult",
@@ -62,6 +66,8 @@ __all__ = [
     "Condition",
     "CostLine",
     "CostReport",
+    "DamagedObject",
+    "DeadlineError",
     "Durability",
     "FetchedBlock",
     "Grant",
@@ -98,6 +104,7 @@ __all__ = [
     "TierCost",
     "TierStats",
     "TiermemClientError",
+    "TlsOptions",
     "UnavailableError",
     "VectorClient",
 ]

@@ -12,6 +12,7 @@ import asyncio
 import copy
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import grpc
@@ -32,6 +33,40 @@ def channel_options() -> list[tuple[str, Any]]:
     ]
 
 
+@dataclass(frozen=True)
+class TlsOptions:
+    """TLS for the connection to the daemon. PEM bytes or file paths.
+
+    ``ca``: the CA that signed the daemon's certificate (None: the system roots);
+    ``cert``/``key``: this client's certificate and key, for daemons that require
+    mutual TLS; ``server_name``: the name to verify the daemon's certificate
+    against, when it differs from the host in the address."""
+
+    ca: bytes | str | None = None
+    cert: bytes | str | None = None
+    key: bytes | str | None = None
+    server_name: str | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=_pem(self.ca),
+            private_key=_pem(self.key),
+            certificate_chain=_pem(self.cert),
+        )
+
+    def options(self) -> list[tuple[str, Any]]:
+        if self.server_name:
+            return [("grpc.ssl_target_name_override", self.server_name)]
+        return []
+
+
+def _pem(value: bytes | str | None) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    with open(value, "rb") as f:
+        return f.read()
+
+
 class _Settings:
     def __init__(self, address: str, token: str | None, timeout_s: float, retries: int) -> None:
         self.address = address
@@ -43,11 +78,24 @@ class _Settings:
 
 
 class Transport(_Settings):
+    """``address``: ``HOST:PORT``, or ``unix:PATH`` for the daemon's Unix socket."""
+
     def __init__(
-        self, address: str, *, token: str | None = None, timeout_s: float = 30.0, retries: int = 3
+        self,
+        address: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        tls: TlsOptions | None = None,
     ) -> None:
         super().__init__(address, token, timeout_s, retries)
-        self.channel = grpc.insecure_channel(address, options=channel_options())
+        if tls is None:
+            self.channel = grpc.insecure_channel(address, options=channel_options())
+        else:
+            self.channel = grpc.secure_channel(
+                address, tls.credentials(), options=channel_options() + tls.options()
+            )
         self._owns_channel = True
 
     def with_metadata(self, *pairs: tuple[str, str]) -> Transport:
@@ -80,10 +128,21 @@ class Transport(_Settings):
 
 class AsyncTransport(_Settings):
     def __init__(
-        self, address: str, *, token: str | None = None, timeout_s: float = 30.0, retries: int = 3
+        self,
+        address: str,
+        *,
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        retries: int = 3,
+        tls: TlsOptions | None = None,
     ) -> None:
         super().__init__(address, token, timeout_s, retries)
-        self.channel = grpc.aio.insecure_channel(address, options=channel_options())
+        if tls is None:
+            self.channel = grpc.aio.insecure_channel(address, options=channel_options())
+        else:
+            self.channel = grpc.aio.secure_channel(
+                address, tls.credentials(), options=channel_options() + tls.options()
+            )
 
     async def call(self, fn: Callable[[float], Awaitable[T]], timeout_s: float | None = None) -> T:
         timeout = self.timeout_s if timeout_s is None else timeout_s

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tiermem.client import _wire
-from tiermem.client._transport import AsyncTransport
+from tiermem.client._transport import AsyncTransport, TlsOptions
 from tiermem.client.types import Kind, ObjectInfo, Profile, Stats
 from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
 
@@ -28,12 +28,15 @@ class AsyncClient:
         token: str | None = None,
         chunk_bytes: int = _wire.DEFAULT_CHUNK_BYTES,
         verify: bool = True,
+        tls: TlsOptions | None = None,
     ) -> None:
         self.address = address
         self.namespace = namespace
         self.chunk_bytes = chunk_bytes
         self.verify = verify
-        self.transport = AsyncTransport(address, token=token, timeout_s=timeout_s, retries=retries)
+        self.transport = AsyncTransport(
+            address, token=token, timeout_s=timeout_s, retries=retries, tls=tls
+        )
         self._metadata = self.transport.metadata
         self._objects = object_pb2_grpc.ObjectServiceStub(self.transport.channel)
         self._admin = admin_pb2_grpc.AdminServiceStub(self.transport.channel)

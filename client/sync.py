@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from tiermem.client import _wire
-from tiermem.client._transport import Transport
+from tiermem.client._transport import TlsOptions, Transport
 from tiermem.client.fastpath import (
     DEFAULT_THRESHOLD_BYTES,
     PATHS,
@@ -24,6 +24,7 @@ from tiermem.client.fastpath import (
     PutItem,
     as_bytes,
 )
+from tiermem.client.integrity import IntegrityClient
 from tiermem.client.kv import KvClient
 from tiermem.client.operators import OperatorsClient
 from tiermem.client.placement import PlacementClient
@@ -53,6 +54,7 @@ class Client:
         fast_threshold_bytes: int = DEFAULT_THRESHOLD_BYTES,
         session: str = "",
         transport: Transport | None = None,
+        tls: TlsOptions | None = None,
     ) -> None:
         """``verify``: send a checksum with every put (the daemon rejects damaged
         uploads) and check whole-object gets against the daemon's checksum.
@@ -67,7 +69,9 @@ class Client:
         self.verify = verify
         self.session = session
         if transport is None:
-            transport = Transport(address, token=token, timeout_s=timeout_s, retries=retries)
+            transport = Transport(
+                address, token=token, timeout_s=timeout_s, retries=retries, tls=tls
+            )
         if session:
             transport = transport.with_metadata((SESSION_METADATA, session))
         self.transport = transport
@@ -90,6 +94,7 @@ class Client:
         self.sessions = SessionsClient(self.transport)
         self.scratch = ScratchClient(self.transport)
         self.operators = OperatorsClient(self.transport)
+        self.integrity = IntegrityClient(self.transport)
         self._fast = (tuple(fast_paths), fast_threshold_bytes)
 
     def as_session(self, session: str) -> Client:

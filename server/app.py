@@ -11,6 +11,7 @@ background work, sync and close storage.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from concurrent import futures
 from pathlib import Path
@@ -23,11 +24,14 @@ from prometheus_client import CollectorRegistry, start_http_server
 
 from tiermem import __version__
 from tiermem.placement.access import AccessModel
+from tiermem.server.api.access import AccessInterceptor
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.agent import OperatorServicer, ScratchServicer, SessionServicer
 from tiermem.server.api.dataplane import DataPlaneServicer
+from tiermem.server.api.integrity import IntegrityServicer
 from tiermem.server.api.interceptor import ServerInterceptor
 from tiermem.server.api.kv import KvServicer
+from tiermem.server.api.listeners import bind_unix_socket, server_credentials
 from tiermem.server.api.objects import ObjectServicer
 from tiermem.server.api.placement import PlacementServicer
 from tiermem.server.api.vectors import VectorServicer
@@ -46,6 +50,7 @@ from tiermem.server.scratch.service import ScratchService
 from tiermem.server.services.admin import AdminService
 from tiermem.server.services.background import BackgroundWorker
 from tiermem.server.services.expiry import Expirer
+from tiermem.server.services.integrity import IntegrityService
 from tiermem.server.services.kv import KvService
 from tiermem.server.services.migrator import Migrator
 from tiermem.server.services.mover import Mover
@@ -69,6 +74,8 @@ from tiermem.v1 import (
     admin_pb2_grpc,
     dataplane_pb2,
     dataplane_pb2_grpc,
+    integrity_pb2,
+    integrity_pb2_grpc,
     kv_pb2,
     kv_pb2_grpc,
     object_pb2,
@@ -97,6 +104,7 @@ SERVICE_NAMES = (
     kv_pb2.DESCRIPTOR.services_by_name["KvService"].full_name,
     placement_pb2.DESCRIPTOR.services_by_name["PlacementService"].full_name,
     vectors_pb2.DESCRIPTOR.services_by_name["VectorService"].full_name,
+    integrity_pb2.DESCRIPTOR.services_by_name["IntegrityService"].full_name,
 )
 
 
@@ -107,6 +115,7 @@ class Daemon:
         self.config = config
         self.metrics = Metrics(registry, version=__version__)
         self.address = ""
+        self.unix_address = ""
         self.metrics_address = ""
         self.recovery: RecoveryReport | None = None
         self._ready = threading.Event()
@@ -126,7 +135,7 @@ class Daemon:
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
-        """Start serving; on failure everything already started is stopped again."""
+        """Open storage, recover, serve. On failure everything opened is closed again."""
         try:
             self._start()
         except BaseException:
@@ -196,9 +205,10 @@ class Daemon:
         # sessions free the collections they own; vector.topk searches collections too
         self.sessions.cleanup.register_callable("vectors", self.vectors.drop_session)
         self.operators.services["indexes"] = CollectionIndexes(self.memory_index, self.vectors)
+        self.integrity = IntegrityService(self.store)
         self._start_grpc()
         self._start_metrics()  # before recovery: tiermem_ready is 0 until it is done
-        self.recovery = recover(catalog, ssd)
+        self.recovery = recover(catalog, ssd, self.store.damage)
         self._recover_agent_memory()
         self._record_recovery(self.recovery)
         for name in cfg.namespaces:
@@ -208,6 +218,7 @@ class Daemon:
         self._vectors_started = True
         self.metrics.watch_state(self.admin.usage_snapshot)
         self.dataplane.start()
+        self.metrics.watch_catalog_memory(self._rocks.memory_bytes)
         self._background = BackgroundWorker(
             cfg.background,
             self.mover,
@@ -282,7 +293,12 @@ class Daemon:
         ]
         server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="rpc"),
-            interceptors=[ServerInterceptor(self.metrics, self._ready)],
+            interceptors=[
+                ServerInterceptor(self.metrics, self._ready),
+                AccessInterceptor(
+                    self.config.security, self.config.limits, self.metrics, self.store.guard
+                ),
+            ],
             options=options,
             maximum_concurrent_rpcs=cfg.max_concurrent_rpcs,
         )
@@ -311,6 +327,9 @@ class Daemon:
             vectors_pb2_grpc.add_VectorServiceServicer_to_server(
                 VectorServicer(self.vectors), server
             )
+        integrity_pb2_grpc.add_IntegrityServiceServicer_to_server(
+            IntegrityServicer(self.integrity), server
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         for name in ("", *SERVICE_NAMES):
             self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -318,11 +337,26 @@ class Daemon:
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
         host, _, port = cfg.listen.rpartition(":")
-        bound = server.add_insecure_port(cfg.listen)
+        credentials = server_credentials(self.config.security.tls)
+        if credentials is None:
+            bound = server.add_insecure_port(cfg.listen)
+        else:
+            bound = server.add_secure_port(cfg.listen, credentials)
         if bound == 0:
             raise OSError(f"cannot listen on {cfg.listen}")
         self.address = f"{host}:{bound}" if port == "0" else cfg.listen
-        server.start()
+        # The socket file is created with no permissions beyond the configured
+        # mode (umask during bind), then set to exactly that mode.
+        umask = os.umask(0o777 & ~cfg.unix_socket_mode) if cfg.unix_socket else None
+        try:
+            if cfg.unix_socket:
+                self.unix_address = bind_unix_socket(server, cfg.unix_socket)
+            server.start()
+        finally:
+            if umask is not None:
+                os.umask(umask)
+        if cfg.unix_socket:
+            os.chmod(cfg.unix_socket, cfg.unix_socket_mode)
         self._server = server
 
     def _record_recovery(self, report: RecoveryReport) -> None:
@@ -331,6 +365,7 @@ class Daemon:
             ("loaded", report.objects),
             ("purged_volatile", report.purged_volatile),
             ("missing_segment", report.missing_segment),
+            ("truncated_segment", report.truncated_segment),
         ):
             self.metrics.recovery_objects.labels(outcome).set(count)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -40,6 +40,12 @@ class ServerConfig(_Section):
     """Chunk size of streamed object bytes (bytes); must be below max_message_bytes."""
     shutdown_grace_s: float = Field(default=5.0, ge=0)
     """Seconds in-flight RPCs get to finish on shutdown before they are cancelled."""
+    unix_socket: str = ""
+    """Path of an extra Unix-socket listener for local clients ("" = none); connect with
+    ``unix:PATH``. A stale socket file is replaced at start."""
+    unix_socket_mode: int = Field(default=0o600, ge=0, le=0o777)
+    """File permissions of the Unix socket (octal in TOML: 0o660); only users it admits
+    can connect."""
 
     @model_validator(mode="after")
     def _chunks_fit(self) -> ServerConfig:
@@ -198,11 +204,90 @@ class TiersConfig(_Section):
     remote: RemoteTierConfig = RemoteTierConfig()
 
 
+class NamespaceLimits(_Section):
+    """Per-namespace limits; 0 means unlimited. See ``LimitsConfig.namespace``."""
+
+    max_bytes: ByteSize = ByteSize(0)
+    """Quota: bytes of object values the namespace may hold (0 = unlimited)."""
+    max_objects: int = Field(default=0, ge=0)
+    """Quota: objects the namespace may hold (0 = unlimited)."""
+    max_concurrent_rpcs: int = Field(default=0, ge=0)
+    """RPCs of the namespace executing at once; beyond it RESOURCE_EXHAUSTED (0 = unlimited).
+    Keep it below ``server.max_workers`` so one tenant cannot hold every RPC thread."""
+    max_inflight_bytes: ByteSize = ByteSize(0)
+    """Bytes of the namespace's puts in progress (announced sizes) (0 = unlimited)."""
+
+
 class LimitsConfig(_Section):
     max_object_bytes: ByteSize = ByteSize(1 * GiB)
     """Largest object accepted by the object service (bytes)."""
     list_page_max: int = Field(default=1000, ge=1, le=100_000)
     """Most objects returned by one List page."""
+    max_inflight_bytes: ByteSize = ByteSize(2 * GiB)
+    """Process-wide budget of bytes held by requests in progress (bytes): the announced
+    sizes of puts being received plus the buffers of values being read from SSD. A request
+    that would exceed it gets RESOURCE_EXHAUSTED instead of the daemon running out of memory."""
+    max_request_s: float = Field(default=300.0, gt=0)
+    """Longest any RPC may run (seconds), whatever deadline the client set. Loops in long
+    operations fail with DEADLINE_EXCEEDED past it; a stream that stalls is cancelled."""
+    namespace: NamespaceLimits = NamespaceLimits()
+    """Limits applied to every namespace without an entry in ``namespaces``."""
+    namespaces: dict[str, NamespaceLimits] = {}
+    """Per-namespace overrides of ``namespace``, keyed by namespace name."""
+
+    @model_validator(mode="after")
+    def _budget_fits_an_object(self) -> LimitsConfig:
+        if self.max_inflight_bytes < self.max_object_bytes:
+            raise ValueError("limits.max_inflight_bytes must be at least limits.max_object_bytes")
+        return self
+
+    def for_namespace(self, name: str) -> NamespaceLimits:
+        return self.namespaces.get(name, self.namespace)
+
+
+Role = Literal["read", "write", "admin"]
+
+
+class TokenConfig(_Section):
+    """One bearer token and what it grants."""
+
+    name: str
+    """Who holds the token (shown in logs and metrics, never the token itself)."""
+    token: SecretStr
+    """The bearer token clients send as ``authorization: Bearer <token>``."""
+    namespaces: list[str] = ["*"]
+    """Namespaces the token grants; "*" grants every namespace."""
+    roles: list[Role] = ["read", "write"]
+    """read: get, stat, list; write: put, delete; admin: namespaces, fsck, every RPC."""
+
+
+class TlsConfig(_Section):
+    cert_file: Path | None = None
+    """PEM certificate chain of the server; with key_file, the TCP listener speaks TLS."""
+    key_file: Path | None = None
+    """PEM private key of the server certificate."""
+    client_ca_file: Path | None = None
+    """PEM CA bundle; when set, clients must present a certificate it signed (mutual TLS)."""
+
+    @model_validator(mode="after")
+    def _pairs(self) -> TlsConfig:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("security.tls.cert_file and key_file must be set together")
+        if self.client_ca_file is not None and self.cert_file is None:
+            raise ValueError("security.tls.client_ca_file needs cert_file and key_file")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.cert_file is not None
+
+
+class SecurityConfig(_Section):
+    tokens: list[TokenConfig] = []
+    """Bearer tokens. Empty (the default) disables authentication: every caller may do
+    everything, so only do that on a trusted host or behind the Unix socket."""
+    tls: TlsConfig = TlsConfig()
+    """TLS for the TCP listener (the Unix socket is protected by file permissions)."""
 
 
 class KvConfig(_Section):
@@ -478,6 +563,19 @@ class VectorsConfig(_Section):
     """Seconds between maintenance passes (snapshots, compaction, index upgrades, unloads)."""
 
 
+class FaultsConfig(_Section):
+    """Fault injection for crash testing; never enable in production."""
+
+    kill_points: list[str] = []
+    """Named points (see ``server/faults.py``) where the daemon may SIGKILL itself."""
+    kill_probability: float = Field(default=0.0, ge=0, le=1)
+    """Chance that reaching a listed point kills the daemon."""
+    seed: int = 0
+    """Seed of the kill decisions (0 = random)."""
+    arm_file: str = ""
+    """If set, points fire only while this file exists (a test arms them after its checks)."""
+
+
 class Config(BaseSettings):
     """The daemon's whole configuration."""
 
@@ -504,6 +602,8 @@ class Config(BaseSettings):
     """Sessions, scratchpad write-back and operators."""
     placement: PlacementConfig = PlacementConfig()
     vectors: VectorsConfig = VectorsConfig()
+    security: SecurityConfig = SecurityConfig()
+    faults: FaultsConfig = FaultsConfig()
 
 
 def load_config(path: Path | None = None, **overrides: Any) -> Config:

@@ -58,10 +58,20 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
     "code": frozenset(c.name for c in grpc.StatusCode),
     "path": frozenset({"shm", "bulk", "grpc", "remote"}),
     "direction": frozenset({"in", "out"}),
-    "where": frozenset({"upload", "ssd", "remote"}),
+    "where": frozenset({"upload", "ssd", "remote", "catalog"}),
+    # guard limits and auth failures
+    "limit": frozenset(
+        {
+            "namespace_rpcs",
+            "inflight_bytes",
+            "namespace_inflight_bytes",
+            "namespace_bytes",
+            "namespace_objects",
+        }
+    ),
     "pass": frozenset({"watermarks", "expiry", "compaction"}),
     "level": frozenset({"high", "low"}),
-    "outcome": frozenset({"loaded", "purged_volatile", "missing_segment"}),
+    "outcome": frozenset({"loaded", "purged_volatile", "missing_segment", "truncated_segment"}),
     "reason": frozenset(
         {
             "records",
@@ -73,6 +83,8 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
             "shutdown",
             "recovery",
             "client",
+            "permission",
+            "token",
             "CLIENT",
             "EXPIRED",
             "ABANDONED",
@@ -192,6 +204,21 @@ class _StateCollector(Collector):
         namespaces = GaugeMetricFamily("tiermem_namespaces", "Namespaces that exist.")
         namespaces.add_metric([], snap.namespaces)
         return [cap, used, marks, objs, obj_bytes, cost, namespaces]
+
+
+class _CatalogMemoryCollector(Collector):
+    def __init__(self, snapshot: Callable[[], dict[str, int]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "tiermem_catalog_memory_bytes",
+            "Memory RocksDB holds for the catalog, by part (memtables, block cache).",
+            labels=["part"],
+        )
+        for part, value in self._snapshot().items():
+            family.add_metric([part], value)
+        return [family]
 
 
 class Metrics:
@@ -523,6 +550,26 @@ class Metrics:
             registry=r,
         )  # fmt: skip
 
+        # -- reliability and security: damage, limits, auth -------------------------
+        self.damaged_objects = Gauge(
+            "tiermem_damaged_objects",
+            "Objects whose stored bytes are known damaged (served as DATA_LOSS; see fsck).",
+            registry=r,
+        )
+        self.limit_rejections = Counter(
+            "tiermem_limit_rejections", "Requests refused by a limit or quota, by limit.",
+            ["limit"], registry=r,
+        )  # fmt: skip
+        self.auth_failures = Counter(
+            "tiermem_auth_failures", "Requests refused by authentication or authorization.",
+            ["reason"], registry=r,
+        )  # fmt: skip
+        self.inflight_bytes = Gauge(
+            "tiermem_inflight_bytes",
+            "Bytes held by requests in progress (against limits.max_inflight_bytes).",
+            registry=r,
+        )
+
     def count_read(self, kind: str, served_by: str | None, tiers: Sequence[str]) -> None:
         """Count one read: a hit on ``served_by`` and a miss on every tier in
         ``tiers`` (enabled tiers, fastest first) looked at before it; a miss on
@@ -532,6 +579,10 @@ class Metrics:
                 self.hits.labels(tier, kind).inc()
                 return
             self.misses.labels(tier, kind).inc()
+
+    def watch_catalog_memory(self, snapshot: Callable[[], dict[str, int]]) -> None:
+        """Export the catalog's memory (memtables, block cache) at scrape time."""
+        self.registry.register(_CatalogMemoryCollector(snapshot))
 
     def watch_state(self, snapshot: Callable[[], TierUsage]) -> None:
         """Register the scrape-time collector of tier, object and cost gauges."""

@@ -65,10 +65,10 @@ _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 def validate_namespace(namespace: str) -> str:
     if not namespace:
         raise InvalidArgument("namespace is missing (use e.g. 'default')")
-    if not _NAMESPACE_RE.match(namespace):
+    if not _NAMESPACE_RE.match(namespace) or not namespace.strip("."):
         raise InvalidArgument(
             f"namespace {namespace[:64]!r} is invalid: use 1..{MAX_NAMESPACE_BYTES} "
-            "characters from A-Z a-z 0-9 . _ -"
+            "characters from A-Z a-z 0-9 . _ -, not only dots"
         )
     return namespace
 

@@ -13,6 +13,7 @@ from tiermem.server.model import Tier
 from tiermem.server.operators.runner import OperatorRunner
 from tiermem.server.scratch.records import Record, RecordDurability
 from tiermem.server.scratch.service import NewRecord, ReplayFilter, ScratchService
+from tiermem.server.services.guard import Role
 from tiermem.server.sessions.model import Grant, OpenSpec, Session, SessionView
 from tiermem.server.sessions.service import SessionService
 from tiermem.v1 import (
@@ -91,6 +92,7 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
     def Describe(
         self, request: sessions_pb2.DescribeSessionRequest, context: grpc.ServicerContext
     ) -> sessions_pb2.DescribeSessionResponse:
+        self._sessions.authorize(request.id, Role.READ)
         view = self._sessions.describe(request.id)
         reply = sessions_pb2.DescribeSessionResponse(session=_session_info(view))
         if request.with_ledger:
@@ -115,6 +117,7 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
     def Close(
         self, request: sessions_pb2.CloseSessionRequest, context: grpc.ServicerContext
     ) -> sessions_pb2.CloseSessionResponse:
+        self._sessions.authorize(request.id, Role.WRITE)
         report = self._sessions.close(
             request.id,
             bytes(request.result),
@@ -135,6 +138,7 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
     def Heartbeat(
         self, request: sessions_pb2.HeartbeatRequest, context: grpc.ServicerContext
     ) -> sessions_pb2.HeartbeatResponse:
+        self._sessions.authorize(request.id, Role.WRITE)
         return sessions_pb2.HeartbeatResponse(expires_unix_ms=self._sessions.heartbeat(request.id))
 
 
@@ -183,6 +187,7 @@ class ScratchServicer(scratch_pb2_grpc.ScratchServiceServicer):
     def Append(
         self, request: scratch_pb2.AppendRequest, context: grpc.ServicerContext
     ) -> scratch_pb2.AppendResponse:
+        self._scratch.sessions.authorize(request.session, Role.WRITE)
         first, count = self._scratch.append(
             request.session, _new_records(request), acting_session(context)
         )
@@ -194,6 +199,7 @@ class ScratchServicer(scratch_pb2_grpc.ScratchServiceServicer):
         caller = acting_session(context)
         first, total = 0, 0
         for request in request_iterator:
+            self._scratch.sessions.authorize(request.session, Role.WRITE)
             start, count = self._scratch.append(request.session, _new_records(request), caller)
             first = first or start
             total += count
@@ -211,6 +217,7 @@ class ScratchServicer(scratch_pb2_grpc.ScratchServiceServicer):
             limit=int(request.limit),
             after_id=int(request.after_id),
         )
+        self._scratch.sessions.authorize(request.session, Role.READ)
         records = self._scratch.replay(request.session, flt, acting_session(context))
         for start in range(0, len(records), self._page):
             yield scratch_pb2.ReplayResponse(
@@ -231,6 +238,7 @@ class ScratchServicer(scratch_pb2_grpc.ScratchServiceServicer):
     def Query(
         self, request: scratch_pb2.QueryRequest, context: grpc.ServicerContext
     ) -> scratch_pb2.QueryResponse:
+        self._scratch.sessions.authorize(request.session, Role.READ)
         hits = self._scratch.query(
             request.session,
             request.text,
@@ -299,6 +307,7 @@ class OperatorServicer(operators_pb2_grpc.OperatorServiceServicer):
     def Invoke(
         self, request: operators_pb2.InvokeRequest, context: grpc.ServicerContext
     ) -> operators_pb2.InvokeResponse:
+        self._runner.sessions.authorize(request.session, Role.READ)
         result = self._runner.invoke(
             request.name,
             request.args_json,

@@ -125,6 +125,9 @@ class ServerInterceptor(grpc.ServerInterceptor):
             try:
                 context.send_initial_metadata(((REQUEST_ID_HEADER, rid),))
                 return fn(request, context)
+            except grpc.RpcError:
+                code = "CANCELLED"  # the call ended under us (client gone): nothing to map
+                raise
             except Exception as exc:
                 if _client_left(exc, context):
                     code = "CANCELLED"
@@ -150,7 +153,7 @@ class ServerInterceptor(grpc.ServerInterceptor):
             try:
                 context.send_initial_metadata(((REQUEST_ID_HEADER, rid),))
                 yield from fn(request, context)
-            except GeneratorExit:
+            except (GeneratorExit, grpc.RpcError):
                 code = "CANCELLED"  # the client went away mid-stream
                 raise
             except Exception as exc:

@@ -133,6 +133,8 @@ class Catalog:
         #: bytes of the objects served from the remote tier (their only copy is there)
         self.remote_bytes = 0
         self.namespaces: dict[str, int] = {}
+        #: [namespace id] -> (objects, bytes) of live objects: quotas read it.
+        self.ns_usage = np.zeros((1 << 16, 2), dtype=np.int64)
         for name, raw in rocks.scan("namespaces"):
             self.namespaces[name.decode()] = int.from_bytes(raw[:2], "little")
 
@@ -163,6 +165,14 @@ class Catalog:
                 "or list it under `namespaces` in the config"
             )
         return ns_id
+
+    def namespace_usage(self, name: str) -> tuple[int, int]:
+        """(objects, bytes) the namespace holds now (0, 0 if unknown)."""
+        ns_id = self.namespaces.get(name)
+        if ns_id is None:
+            return 0, 0
+        objects, nbytes = self.ns_usage[ns_id]
+        return int(objects), int(nbytes)
 
     # -- rows -------------------------------------------------------------------
     def find(self, encoded_key: bytes) -> Entry | None:
@@ -195,9 +205,15 @@ class Catalog:
         seg_off: int,
     ) -> int:
         row = self.index.find(encoded_key)
+        c = self.index.cols
+        ns_id = self.namespaces.get(meta.key.namespace, 0)
         if row is None:
             row = self.index.insert(encoded_key)
-        c = self.index.cols
+            self.ns_usage[ns_id, 0] += 1
+        else:
+            self.ns_usage[ns_id, 1] -= int(c["size"][row])
+        self.ns_usage[ns_id, 1] += meta.size_bytes
+        c = self.index.cols  # the insert may have grown the columns
         if int(c["tier"][row]) == Tier.REMOTE:  # replaced: its remote bytes leave with it
             self.remote_bytes -= int(c["size"][row])
             c["tier"][row] = 0
@@ -212,7 +228,7 @@ class Catalog:
         flags |= (hint << HINT_SHIFT) & HINT_MASK
         c["flags"][row] = flags
         c["kind"][row] = kind
-        c["ns"][row] = self.namespaces.get(meta.key.namespace, 0)
+        c["ns"][row] = ns_id
         c["size"][row] = meta.size_bytes
         c["checksum"][row] = meta.checksum
         c["expires"][row] = meta.expires_unix_ms
@@ -293,8 +309,12 @@ class Catalog:
 
     def remove_row(self, encoded_key: bytes) -> None:
         row = self.index.remove(encoded_key)
-        if int(self.index.cols["tier"][row]) == Tier.REMOTE:
-            self.remote_bytes -= int(self.index.cols["size"][row])
+        c = self.index.cols
+        if int(c["tier"][row]) == Tier.REMOTE:
+            self.remote_bytes -= int(c["size"][row])
+        ns_id = int(c["ns"][row])
+        self.ns_usage[ns_id, 0] -= 1
+        self.ns_usage[ns_id, 1] -= int(c["size"][row])
         self.resident_keys.pop(row, None)
         self.recent_keys.pop(row, None)
         sess = self.index.cols["sess"]

@@ -12,6 +12,7 @@ from tiermem.server.catalog.catalog import USAGE_COLUMNS, usage_by_namespace
 from tiermem.server.metrics import OTHER_NAMESPACES, TierUsage, UsageRow
 from tiermem.server.model import Kind, Tier
 from tiermem.server.services.cost import cost_usd_per_hour
+from tiermem.server.services.guard import Role
 from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.store import Store
 
@@ -122,9 +123,12 @@ class AdminService:
         return snap
 
     def create_namespace(self, name: str) -> bool:
+        self.store.guard.require(Role.ADMIN)
         with self.store.lock:
             return self.store.catalog.ensure_namespace(name)
 
     def list_namespaces(self) -> list[str]:
+        """The namespaces the caller is granted (others are not revealed)."""
+        guard = self.store.guard
         with self.store.lock:
-            return sorted(self.store.catalog.namespaces)
+            return sorted(n for n in self.store.catalog.namespaces if guard.visible(n))

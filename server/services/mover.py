@@ -77,7 +77,7 @@ class Mover:
             try:
                 view = store.read_ssd(encoded, entry)
             except Corrupted as exc:
-                store.report_corruption("ssd", exc.message)
+                store.report_damage(encoded, entry, exc.message)
                 return False
         new_loc = -1
         ssd_copy: SsdCopy | None = None
@@ -95,6 +95,7 @@ class Mover:
                 return False
         elif target == Tier.REMOTE and not self._upload(encoded, entry, view):
             return False
+        store.faults.point("move.after_copy")
         with store.lock:
             now = self.catalog.find(encoded)
             if now is None or not now.same_copy(entry):
@@ -117,6 +118,7 @@ class Mover:
             )
             if target == Tier.REMOTE:
                 self.catalog.set_remote(entry.row, True)
+            store.faults.point("move.after_switch")
             if entry.tier in store.memory:
                 store.leases.free(entry.tier, entry.loc, entry.size)
         kind = entry.kind.name
@@ -202,20 +204,27 @@ class Mover:
         fsync = store.config.tiers.ssd.fsync
         failed = False
         moved_bytes = 0
+        written: set[int] = set()
+        log.debug("compacting segment %d", seg_id)
         for info in segments.walk(seg_id):
             with store.lock:
                 entry = self.catalog.find(info.key)
             if entry is None or entry.seg != seg_id or entry.seg_off != info.data_offset:
                 continue  # dead entry: deleted, overwritten or already moved
+            if info.key in store.damage:
+                failed = True  # known damaged: stays where fsck can find it
+                continue
             try:
                 data = store.read_ssd(info.key, entry)
             except Corrupted as exc:
-                store.report_corruption("ssd", exc.message)
+                store.report_damage(info.key, entry, exc.message)
                 failed = True
                 continue
             new_seg, new_off = segments.append(
                 info.key, data, entry.checksum, sync=entry.durable and fsync
             )
+            written.add(new_seg)
+            store.faults.point("compaction.after_append")
             with store.lock:
                 now = self.catalog.find(info.key)
                 batch = self.catalog.rocks.batch()
@@ -233,11 +242,22 @@ class Mover:
                     entry.row, info.key, tier=now.tier, loc=now.loc, seg=new_seg, seg_off=new_off
                 )
                 segments.release(seg_id, len(info.key), entry.size)
+            store.faults.point("compaction.after_switch")
             moved_bytes += entry.size
         if failed:
             log.warning("segment %d kept: some live values could not be moved", seg_id)
             return False
-        self.catalog.rocks.flush()  # the new locations are durable before the old file goes
+        left = segments.live_bytes(seg_id)
+        if left > 0:
+            # Records still name entries the walk did not find: never delete them.
+            log.error("segment %d kept: %d live bytes were not found by its walk", seg_id, left)
+            return False
+        # The moved bytes (CACHE ones were written without sync), then the records
+        # naming them, are on stable storage before the old file goes.
+        if fsync:
+            segments.sync(written)
+        self.catalog.rocks.flush()
+        store.faults.point("compaction.before_retire")
         segments.retire(seg_id)
         store.metrics.compactions.inc()
         store.metrics.compacted_bytes.inc(moved_bytes)

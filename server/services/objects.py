@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import builtins
 import logging
 import threading
 import time
@@ -47,6 +48,7 @@ from tiermem.server.model import (
     validate_namespace,
     validate_session,
 )
+from tiermem.server.services.guard import Role, Ticket
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.placement import PlacementService, Promotion
 from tiermem.server.services.store import Store, ValueRead
@@ -103,6 +105,8 @@ class ObjectRead:
     #: set when the planner wants the object moved up: done from the bytes just
     #: read when the reader releases them (no second read of the slow copy)
     _promote: Callable[[], object] | None = None
+    #: the guard's admission of this read (in-flight limits), ended by ``release``
+    ticket: Ticket | None = None
 
     def release(self) -> None:
         try:
@@ -110,6 +114,8 @@ class ObjectRead:
                 self._promote()
         finally:
             self._value.release()
+            if self.ticket is not None:
+                self.ticket.release()
 
     def chunks(self, chunk_bytes: int) -> Iterator[bytes]:
         """The range as ``bytes`` chunks (copies, so the lease can end early)."""
@@ -165,7 +171,8 @@ class ObjectService:
         return self.placement.wake
 
     # -- put ----------------------------------------------------------------------
-    def validate(self, spec: PutSpec) -> None:
+    def validate(self, spec: PutSpec) -> Entry | None:
+        """Check a put before any byte arrives; returns the entry it would replace."""
         limit = self.store.config.limits.max_object_bytes
         if spec.size_bytes > limit:
             raise InvalidArgument(
@@ -181,10 +188,13 @@ class ObjectService:
             raise InvalidArgument("preferred_tier REMOTE is not available on this daemon")
         if spec.checksum is not None and spec.checksum[0] not in (CHECKSUM_XXH3_64, CHECKSUM_CRC32):
             raise InvalidArgument(f"unknown checksum algorithm {spec.checksum[0]}")
+        self.store.guard.authorize(spec.key.namespace, Role.WRITE)
         with self.store.lock:
             self.catalog.namespace_id(spec.key.namespace)
-            if spec.if_absent and self.catalog.find(spec.key.encode()) is not None:
+            old = self.catalog.find(spec.key.encode())
+            if spec.if_absent and old is not None:
                 raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
+        return old
 
     def prepare(self, spec: PutSpec) -> Profile:
         """Validate an announced put; returns its resolved profile. Raises on bad input."""
@@ -194,16 +204,36 @@ class ObjectService:
             raise FailedPrecondition("DURABLE objects need the SSD tier, which is disabled")
         return profile
 
+    def admit_put(self, spec: PutSpec) -> Ticket:
+        """Admit a put under the namespace's quotas and in-flight limits (see
+        services/guard.py); ``release()`` the ticket when the put is done."""
+        with self.store.lock:
+            old = self.catalog.find(spec.key.encode())
+        return self.store.guard.admit(
+            spec.key.namespace,
+            Role.WRITE,
+            put_bytes=spec.size_bytes,
+            replaced_bytes=old.size if old is not None else 0,
+            new_objects=0 if old is not None else 1,
+            session=spec.session,
+        )
+
     def put(self, spec: PutSpec, chunks: Iterable[bytes | memoryview]) -> ObjectMeta:
-        """Store an object from its byte chunks; returns its metadata once committed."""
+        """Store an object from its byte chunks; returns its metadata once committed.
+
+        Durability on return: a DURABLE object (and a put that replaced one) is on
+        stable storage when ``tiers.ssd.fsync`` is set: segment bytes fdatasynced,
+        catalog WAL synced. A CACHE object survives a process crash only if it
+        was written to SSD; see docs/reliability.md."""
         profile = self.prepare(spec)
-        reservation = self.reserve(spec.size_bytes, profile, spec.key.kind)
-        try:
-            checksum = self.receive_into(spec, chunks, reservation.buffer)
-        except BaseException:
-            self.abort(reservation)
-            raise
-        return self.commit_filled(spec, profile, reservation, checksum)
+        with self.admit_put(spec):
+            reservation = self.reserve(spec.size_bytes, profile, spec.key.kind)
+            try:
+                checksum = self.receive_into(spec, chunks, reservation.buffer)
+            except BaseException:
+                self.abort(reservation)
+                raise
+            return self.commit_filled(spec, profile, reservation, checksum, admitted=True)
 
     def commit_filled(
         self,
@@ -215,6 +245,7 @@ class ObjectService:
         *,
         sync: bool = True,
         publish: bool = True,
+        admitted: bool = False,
     ) -> ObjectMeta:
         """Make a filled reservation visible exactly like a put: SSD copy when the
         object is DURABLE or admitted to SSD, engine commit, catalog commit, then
@@ -223,7 +254,26 @@ class ObjectService:
         checked against the client's (``check_upload``). Consumes the reservation:
         on failure its space is returned and nothing stored changes. ``path``
         labels the bytes metric (grpc, shm, bulk, remote). ``publish``: tell
-        ``on_commit`` (False for values that came from the remote tier)."""
+        ``on_commit`` (False for values that came from the remote tier).
+        ``admitted``: the caller holds the guard's admission for this put (else it
+        is admitted here, so quotas hold on every path)."""
+        if not admitted:
+            try:
+                ticket = self.admit_put(spec)
+            except BaseException:
+                self.abort(reservation)
+                raise
+            with ticket:
+                return self.commit_filled(
+                    spec,
+                    profile,
+                    reservation,
+                    checksum,
+                    path,
+                    sync=sync,
+                    publish=publish,
+                    admitted=True,
+                )
         durable = profile.durability == Durability.DURABLE
         encoded = spec.key.encode()
         ssd_copy: SsdCopy | None = None
@@ -231,9 +281,12 @@ class ObjectService:
         try:
             if reservation.tier == Tier.SSD or durable:
                 ssd_copy = self._write_ssd(encoded, reservation.buffer, checksum, durable)
+                self.store.faults.point("put.after_ssd_write")
             if reservation.tier in self.store.memory:
                 location = self.store.memory[reservation.tier].commit(reservation)
-            meta = self._commit(spec, profile, encoded, checksum, reservation, location, ssd_copy)
+            meta, replaced_durable = self._commit(
+                spec, profile, encoded, checksum, reservation, location, ssd_copy
+            )
         except BaseException:
             if location is not None:
                 self.store.memory[reservation.tier].free(location, reservation.size)
@@ -242,7 +295,8 @@ class ObjectService:
             if ssd_copy is not None:
                 self.store.ssd.discard(encoded, ssd_copy)
             raise
-        if durable and sync:
+        self.store.faults.point("put.after_commit")
+        if (durable or replaced_durable) and sync:
             self.sync()
         self.placement.after_put(encoded, profile)
         self.store.metrics.data_bytes.labels(path, "in").inc(spec.size_bytes)
@@ -307,7 +361,9 @@ class ObjectService:
         crc = 0
         want_crc = spec.checksum is not None and spec.checksum[0] == CHECKSUM_CRC32
         pos = 0
+        check_deadline = self.store.guard.check_deadline
         for chunk in chunks:
+            check_deadline("the put stream")
             n = len(chunk)
             if pos + n > size:
                 raise InvalidArgument(
@@ -362,7 +418,9 @@ class ObjectService:
         reservation: Reservation,
         location: int | None,
         ssd_copy: SsdCopy | None,
-    ) -> ObjectMeta:
+    ) -> tuple[ObjectMeta, bool]:
+        """Make the object visible; returns its metadata and whether it replaced a
+        DURABLE object (whose removal must then be synced too)."""
         now_ms = int(time.time() * 1000)
         meta = ObjectMeta(
             key=spec.key,
@@ -412,15 +470,28 @@ class ObjectService:
                 seg=seg,
                 seg_off=seg_off,
             )
-            if old is not None and old.tier in store.memory:
-                store.leases.free(old.tier, old.loc, old.size)
-        return meta
+            if old is not None:
+                store.damage.discard(encoded)
+                if old.tier in store.memory:
+                    store.leases.free(old.tier, old.loc, old.size)
+        return meta, old is not None and old.durable
 
     # -- get / stat ---------------------------------------------------------------------
     def read(
         self, key: ObjectKey, offset: int = 0, length: int = 0, caller: str = ""
     ) -> ObjectRead:
-        """Open an object for reading ``[offset, offset+length)`` (length 0 = to the end)."""
+        """Open an object for reading ``[offset, offset+length)`` (length 0 = to the end).
+        The caller must ``release()`` the result."""
+        ticket = self.store.guard.admit(key.namespace, Role.READ)
+        try:
+            reader = self._read(key, offset, length, caller)
+        except BaseException:
+            ticket.release()
+            raise
+        reader.ticket = ticket
+        return reader
+
+    def _read(self, key: ObjectKey, offset: int, length: int, caller: str) -> ObjectRead:
         encoded = key.encode()
         metas: list[ObjectMeta] = []
 
@@ -471,7 +542,7 @@ class ObjectService:
 
     def stat(self, key: ObjectKey, caller: str = "") -> ObjectMeta:
         encoded = key.encode()
-        with self.store.lock:
+        with self.store.guard.admit(key.namespace, Role.READ), self.store.lock:
             entry = self.catalog.find(encoded)
             if entry is None:
                 raise NotFound(f"object {key} not found")
@@ -484,13 +555,15 @@ class ObjectService:
     def delete(self, key: ObjectKey, caller: str = "") -> int | None:
         """Delete an object; returns the bytes freed, or None if it did not exist."""
         encoded = key.encode()
-        with self.store.lock:
-            entry = self.catalog.find(encoded)
-            if entry is None:
-                return None
-            if caller:
-                self.guard.check_access(self.catalog.meta(encoded, entry), caller, write=True)
-            freed = self.store.remove_locked(encoded, entry)
+        with self.store.guard.admit(key.namespace, Role.WRITE):
+            with self.store.lock:
+                entry = self.catalog.find(encoded)
+                if entry is None:
+                    return None
+                if caller:
+                    self.guard.check_access(self.catalog.meta(encoded, entry), caller, write=True)
+                freed = self.store.remove_locked(encoded, entry)
+            self.store.faults.point("delete.after_commit")
         if entry.durable and self.store.config.tiers.ssd.fsync:
             self.catalog.rocks.flush()
         return freed
@@ -508,6 +581,20 @@ class ObjectService:
     ) -> tuple[list[ObjectMeta], str]:
         """A page of objects; a caller acting as a session sees only what it may read."""
         validate_namespace(namespace)
+        with self.store.guard.admit(namespace, Role.READ):
+            return self._list(namespace, kind, prefix, session, page_size, page_token, caller)
+
+    def _list(
+        self,
+        namespace: str,
+        kind: Kind | None,
+        prefix: str,
+        session: str,
+        page_size: int,
+        page_token: str,
+        caller: str,
+    ) -> tuple[builtins.list[ObjectMeta], str]:
+        check_deadline = self.store.guard.check_deadline
         limit = self.store.config.limits.list_page_max
         if page_size > limit:
             raise InvalidArgument(f"page_size {page_size} exceeds the limit of {limit}")
@@ -516,12 +603,13 @@ class ObjectService:
         with self.store.lock:
             self.catalog.namespace_id(namespace)
         scope = key_prefix(namespace, kind, prefix)
-        out: list[ObjectMeta] = []
+        out: builtins.list[ObjectMeta] = []
         last = b""
         if session:
             keys = (k for k in self.catalog.session_keys(session, _session_start(session, start)))
             candidates = (k for k in keys if k.startswith(scope) and (start is None or k > start))
             for encoded in candidates:
+                check_deadline("the listing")
                 with self.store.lock:
                     entry = self.catalog.find(encoded)
                     rec = self.catalog.record(encoded) if entry is not None else None
@@ -538,6 +626,7 @@ class ObjectService:
             for encoded, rec in self.catalog.scan_records(scope, start):
                 if start is not None and encoded <= start:
                     continue
+                check_deadline("the listing")
                 with self.store.lock:
                     entry = self.catalog.find(encoded)
                     if entry is None:

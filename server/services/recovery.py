@@ -18,7 +18,7 @@ import contextlib
 import ctypes
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +33,9 @@ from tiermem.server.catalog.index import (
     HINT_SHIFT,
     SEG_INLINE,
 )
-from tiermem.server.model import Tier
+from tiermem.server.model import ObjectKey, Tier
+from tiermem.server.services.damage import DamageLog
+from tiermem.server.storage.rocks import ScanGap
 from tiermem.server.tiers.segments import ALIGN
 from tiermem.server.tiers.segments import HEADER as SEGMENT_HEADER
 from tiermem.server.tiers.ssd import SsdEngine
@@ -52,22 +54,46 @@ class RecoveryReport:
     objects: int = 0
     purged_volatile: int = 0
     missing_segment: int = 0
+    truncated_segment: int = 0
     dropped_segments: int = 0
+    catalog_gaps: list[ScanGap] = field(default_factory=list)
     seconds: float = 0.0
 
+    @property
+    def damaged(self) -> int:
+        return self.missing_segment + self.truncated_segment
 
-def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
+
+def recover(catalog: Catalog, ssd: SsdEngine, damage: DamageLog | None = None) -> RecoveryReport:
+    """Rebuild the index. Records naming a missing segment file, or a range past
+    the end of a truncated one, stay (reads answer DATA_LOSS) and go into
+    ``damage``. If part of the catalog is unreadable, the readable rest is loaded
+    and no segment file is deleted (fsck can still find the values in them)."""
     started = time.perf_counter()
     report = RecoveryReport()
     purge: list[bytes] = []
+    keys: list[bytes] = []
     raws: list[bytes] = []
-    for raw in catalog.rocks.values("objects"):
+    for encoded, raw in catalog.rocks.scan_salvage("objects", report.catalog_gaps):
+        if len(raw) < records.HEADER.size or raw[0] != records.VERSION:
+            if damage is not None:
+                damage.add(encoded, "catalog", "catalog record has an unknown format")
+            continue
+        keys.append(encoded)
         raws.append(raw)
-        if len(raws) >= _BATCH_ROWS:
-            _load(catalog, ssd, raws, purge, report)
-            raws = []
-    if raws:
-        _load(catalog, ssd, raws, purge, report)
+        if len(keys) >= _BATCH_ROWS:
+            _load(catalog, ssd, keys, raws, purge, report, damage)
+            keys, raws = [], []
+    if keys:
+        _load(catalog, ssd, keys, raws, purge, report, damage)
+    for gap in report.catalog_gaps:
+        log.error(
+            "catalog damaged: records after %r and before %r are unreadable (%s); "
+            "segment files are kept for salvage",
+            gap.after,
+            gap.before,
+            gap.error,
+        )
     if purge:
         batch = catalog.rocks.batch()
         for encoded in purge:
@@ -76,17 +102,19 @@ def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
                 catalog.stage_removal(batch, encoded, rec.meta.session, rec.meta.expires_unix_ms)
         batch.commit(sync=True)
         report.purged_volatile = len(purge)
-    report.dropped_segments = len(ssd.segments.drop_unreferenced())
+    if not report.catalog_gaps:
+        report.dropped_segments = len(ssd.segments.drop_unreferenced())
     _return_free_memory()
     report.seconds = time.perf_counter() - started
     log.info(
         "recovered %d objects in %.2fs (purged %d volatile records, dropped %d segments, "
-        "%d records name a missing segment)",
+        "%d records name a missing segment, %d a truncated one)",
         report.objects,
         report.seconds,
         report.purged_volatile,
         report.dropped_segments,
         report.missing_segment,
+        report.truncated_segment,
     )
     return report
 
@@ -94,16 +122,19 @@ def recover(catalog: Catalog, ssd: SsdEngine) -> RecoveryReport:
 def _load(
     catalog: Catalog,
     ssd: SsdEngine,
+    keys: list[bytes],
     raws: list[bytes],
     purge: list[bytes],
     report: RecoveryReport,
+    damage: DamageLog | None,
 ) -> None:
     h = records.headers(raws)
     on_ssd = (h["flags"] & records.FLAG_ON_SSD) != 0
     if not on_ssd.all():
-        for i in np.flatnonzero(~on_ssd).tolist():
-            purge.append(records.encoded_key_of(records.decode(raws[i])))
-        raws = [raw for raw, keep in zip(raws, on_ssd.tolist(), strict=True) if keep]
+        keep = on_ssd.tolist()
+        purge.extend(k for k, kept in zip(keys, keep, strict=True) if not kept)
+        keys = [k for k, kept in zip(keys, keep, strict=True) if kept]
+        raws = [raw for raw, kept in zip(raws, keep, strict=True) if kept]
         h = h[on_ssd]
     if not raws:
         return
@@ -117,18 +148,35 @@ def _load(
         seg_ids, inverse = np.unique(seg[in_segments], return_inverse=True)
         live = np.zeros(len(seg_ids), dtype=np.int64)
         np.add.at(live, inverse, _aligned_entry_bytes(key_len[in_segments], size[in_segments]))
-        for seg_id, nbytes in zip(seg_ids.tolist(), live.tolist(), strict=True):
-            if not ssd.segments.add_live_bytes(seg_id, nbytes):
-                # The segment file is gone: the records stay so reads report DATA_LOSS
-                # (and fsck lists them) instead of the objects silently vanishing.
-                report.missing_segment += int((seg == seg_id).sum())
+        file_bytes = np.zeros(len(seg_ids), dtype=np.int64)
+        for i, (seg_id, nbytes) in enumerate(zip(seg_ids.tolist(), live.tolist(), strict=True)):
+            found = ssd.segments.file_bytes(seg_id)
+            file_bytes[i] = -1 if found is None else found
+            ssd.segments.add_live_bytes(seg_id, nbytes)
+        # A missing file, or a value ending past a truncated file's end: the records
+        # stay so reads report DATA_LOSS (and fsck lists them) instead of the
+        # objects silently vanishing.
+        seg_rows = np.flatnonzero(in_segments)
+        length = file_bytes[inverse]
+        missing = length < 0
+        truncated = ~missing & (h["seg_off"][seg_rows].astype(np.int64) + size[seg_rows] > length)
+        report.missing_segment += int(missing.sum())
+        report.truncated_segment += int(truncated.sum())
+        if damage is not None:
+            for i in np.flatnonzero(missing | truncated).tolist():
+                row = int(seg_rows[i])
+                what = "is missing" if missing[i] else f"is {int(length[i])} bytes, too short"
+                damage.add(
+                    keys[row],
+                    "segment",
+                    f"{ObjectKey.decode(keys[row])}: segment file {int(seg[row])} {what}",
+                )
     index = catalog.index
-    kept = raws
-    rows = index.insert_many(
-        h["key_hi"], h["key_lo"], lambda i: records.encoded_key_of(records.decode(kept[i]))
-    )
+    rows = index.insert_many(h["key_hi"], h["key_lo"], keys.__getitem__)
     c = index.cols
     c["kind"][rows] = h["kind"]
+    np.add.at(catalog.ns_usage[:, 0], h["ns"].astype(np.int64), 1)
+    np.add.at(catalog.ns_usage[:, 1], h["ns"].astype(np.int64), size)
     c["ns"][rows] = h["ns"]
     c["size"][rows] = size
     c["seg"][rows] = seg

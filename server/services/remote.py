@@ -215,7 +215,7 @@ class RemoteService:
                     value = ValueRead(store.read_ssd(key, entry))
                 items.append((key, entry, meta, self.remote.pack(meta, value.view)))
             except Corrupted as exc:
-                store.report_corruption("ssd", exc.message)
+                store.report_damage(key, entry, exc.message)
                 skipped += 1
             finally:
                 if value is not None:

@@ -14,11 +14,14 @@ from dataclasses import dataclass, field
 
 from tiermem.placement import TierState
 from tiermem.server.catalog.catalog import Catalog, Entry
-from tiermem.server.catalog.index import SEG_NONE
+from tiermem.server.catalog.index import SEG_INLINE, SEG_NONE
 from tiermem.server.config import Config
 from tiermem.server.errors import Corrupted, InvariantViolation, NotFound, Unavailable
+from tiermem.server.faults import Faults
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import ObjectKey, Tier
+from tiermem.server.services.damage import DamageLog
+from tiermem.server.services.guard import Guard
 from tiermem.server.services.leases import Leases
 from tiermem.server.tiers.base import MemoryTierEngine, TierEngine
 from tiermem.server.tiers.remote import RemoteTier
@@ -33,6 +36,19 @@ class ValueRead:
 
     view: memoryview
     release: Callable[[], None] = field(default=lambda: None)
+
+
+def _chain_release(value: ValueRead, then: Callable[[], None]) -> ValueRead:
+    """``value`` whose release also calls ``then``."""
+    first = value.release
+
+    def release() -> None:
+        try:
+            first()
+        finally:
+            then()
+
+    return ValueRead(value.view, release)
 
 
 class Store:
@@ -57,10 +73,17 @@ class Store:
         self.on_remote_removed: Callable[[list[bytes]], None] | None = None
         self.lock = threading.RLock()
         self.leases = Leases(self._free_memory)
+        #: Access control and limits: every service calls ``guard.admit(namespace, role)``.
+        self.guard = Guard(config.limits, catalog, metrics)
+        #: Objects known to be damaged (served as DATA_LOSS, listed by fsck).
+        self.damage = DamageLog(metrics)
+        #: Crash points for kill-9 tests (inert unless configured).
+        self.faults = Faults(config.faults)
+        ssd.segments.faults = self.faults
 
-    def report_corruption(self, where: str, message: str) -> None:
-        self.metrics.checksum_failures.labels(where).inc()
-        log.error("data damaged, not served: %s", message)
+    def report_damage(self, encoded_key: bytes, entry: Entry, message: str) -> None:
+        where = "inline" if entry.seg == SEG_INLINE else "segment"
+        self.damage.add(encoded_key, where, message)
 
     def _free_memory(self, tier: Tier, location: int, size: int) -> None:
         self.memory[tier].free(location, size)
@@ -116,6 +139,7 @@ class Store:
         batch.commit(sync=False)
         for encoded_key, entry in victims:
             self.catalog.remove_row(encoded_key)
+            self.damage.discard(encoded_key)
             if entry.tier in self.memory:
                 self.leases.free(entry.tier, entry.loc, entry.size)
         if not keep_remote and self.on_remote_removed is not None:
@@ -204,23 +228,30 @@ class Store:
                     on_found(entry)
                 if entry.tier in self.memory:
                     return entry, self.lease_memory(entry)
+            # The SSD read buffer counts against limits.max_inflight_bytes until released.
+            ticket = self.guard.reserve_bytes(entry.size)
             try:
                 if entry.tier == Tier.REMOTE:
                     value = self.read_remote(encoded_key, entry)
                     if value is None:
+                        ticket.release()
                         if self.forget_stale(encoded_key, entry):
                             raise NotFound(
                                 f"object {ObjectKey.decode(encoded_key)} not found "
                                 "(the remote store evicted it)"
                             )
                         continue
-                    return entry, value
-                return entry, ValueRead(self.read_ssd(encoded_key, entry))
+                    return entry, _chain_release(value, ticket.release)
+                return entry, ValueRead(self.read_ssd(encoded_key, entry), ticket.release)
             except Corrupted as exc:
+                ticket.release()
                 with self.lock:
                     now = self.catalog.find(encoded_key)
                     if now is not None and now.same_copy(entry):
                         if entry.tier != Tier.REMOTE:  # the remote tier counted it already
-                            self.report_corruption("ssd", exc.message)
+                            self.report_damage(encoded_key, entry, exc.message)
                         raise
+            except BaseException:
+                ticket.release()
+                raise
         raise Unavailable(f"object {ObjectKey.decode(encoded_key)} kept moving during the read")

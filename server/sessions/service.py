@@ -35,6 +35,7 @@ from tiermem.server.errors import (
 )
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Kind, Tier
+from tiermem.server.services.guard import Role
 from tiermem.server.services.store import Store
 from tiermem.server.sessions.cleanup import CleanupRegistry, Freed
 from tiermem.server.sessions.model import (
@@ -84,6 +85,14 @@ class SessionService:
         self._lock = threading.RLock()
 
     # -- queries used by other services (lock-free reads of the dict) -----------
+    def authorize(self, session: str, role: Role) -> None:
+        """The caller must hold ``role`` on the namespace of ``session`` (sessions
+        named by id imply their namespace; unknown ids are left to the call,
+        which answers NOT_FOUND)."""
+        s = self._sessions.get(session) if session else None
+        if s is not None:
+            self.store.guard.authorize(s.namespace or "default", role)
+
     def get(self, session: str) -> Session | None:
         return self._sessions.get(session)
 

@@ -7,19 +7,28 @@ their column family by name; new concerns add a name to ``COLUMN_FAMILIES``.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from rocksdict import (
     AccessType,
+    BlockBasedOptions,
+    Cache,
     DBCompressionType,
+    DBRecoveryMode,
     Options,
     Rdict,
     ReadOptions,
     WriteBatch,
     WriteOptions,
 )
+
+from tiermem.server.errors import CapacityExceeded, Corrupted, Unavailable
+
+log = logging.getLogger(__name__)
 
 #: Column families and what they hold.
 COLUMN_FAMILIES: dict[str, str] = {
@@ -39,14 +48,46 @@ COLUMN_FAMILIES: dict[str, str] = {
 }
 
 
-def _options() -> Options:
+#: Memory bounds of the catalog (a daemon's memory must stay flat): all memtables
+#: together, one memtable, and the block cache shared by every column family.
+MEMTABLES_TOTAL_BYTES = 64 << 20
+MEMTABLE_BYTES = 16 << 20
+BLOCK_CACHE_BYTES = 64 << 20
+
+
+def _options(cache: Cache) -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.create_missing_column_families(True)
     opts.set_compression_type(DBCompressionType.lz4())
     opts.set_max_background_jobs(2)
     opts.set_keep_log_file_num(3)
+    # A torn WAL tail (a crash mid-append) is cut off at the last whole record:
+    # only writes that were never acknowledged as durable can be in it. Corruption
+    # before the tail also stops replay there (RocksDB's kPointInTimeRecovery);
+    # recovery then reports what is missing instead of refusing to start.
+    opts.set_wal_recovery_mode(DBRecoveryMode.point_in_time())
+    opts.set_paranoid_checks(True)
+    opts.set_db_write_buffer_size(MEMTABLES_TOTAL_BYTES)
+    opts.set_write_buffer_size(MEMTABLE_BYTES)
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
+    opts.set_block_based_table_factory(table)
     return opts
+
+
+def _is_corruption(exc: Exception) -> bool:
+    return str(exc).startswith("Corruption")
+
+
+@dataclass(slots=True)
+class ScanGap:
+    """A key range a salvage scan could not read: keys after ``after`` (exclusive,
+    b"" = from the start) and before ``before`` (exclusive, None = to the end)."""
+
+    after: bytes
+    before: bytes | None
+    error: str
 
 
 class RocksStore:
@@ -57,16 +98,28 @@ class RocksStore:
     survives a process crash (the WAL is in the OS page cache) but not power loss.
     """
 
-    def __init__(self, path: Path, extra_column_families: tuple[str, ...] = ()) -> None:
-        path.mkdir(parents=True, exist_ok=True)
+    def __init__(
+        self,
+        path: Path,
+        extra_column_families: tuple[str, ...] = (),
+        *,
+        read_only: bool = False,
+    ) -> None:
+        """``read_only`` opens without taking RocksDB's lock (offline fsck next to
+        a running daemon sees the state as of the open)."""
+        if not read_only:
+            path.mkdir(parents=True, exist_ok=True)
+        elif not (path / "CURRENT").is_file():
+            raise FileNotFoundError(f"no catalog at {path}")
         self._path = path
         names = list(COLUMN_FAMILIES) + list(extra_column_families)
-        opts = _options()
+        cache = self._cache = Cache(BLOCK_CACHE_BYTES)
+        opts = _options(cache)
         self._db = Rdict(
             str(path),
             options=opts,
-            column_families={name: _options() for name in names},
-            access_type=AccessType.read_write(),
+            column_families={name: _options(cache) for name in names},
+            access_type=AccessType.read_only() if read_only else AccessType.read_write(),
         )
         self._cfs = {name: self._db.get_column_family(name) for name in names}
         self._handles = {name: self._db.get_column_family_handle(name) for name in names}
@@ -74,6 +127,7 @@ class RocksStore:
         self._sync.sync = True
         self._nosync = WriteOptions()
         self._closed = False
+        self._read_only = read_only
         self._lock = threading.Lock()
 
     @property
@@ -88,12 +142,24 @@ class RocksStore:
         return Batch(self)
 
     def write(self, batch: WriteBatch, *, sync: bool) -> None:
+        """Apply a batch atomically. A failed write (e.g. a full disk) raises
+        CapacityExceeded or Unavailable and changes nothing."""
         if batch.is_empty():
             return
-        self._db.write(batch, self._sync if sync else self._nosync)
+        try:
+            self._db.write(batch, self._sync if sync else self._nosync)
+        except Exception as exc:
+            raise _storage_error("write", exc) from None
 
     def get(self, cf: str, key: bytes) -> bytes | None:
-        value = self._cfs[cf].get(key)
+        """The value, None if absent; raises Corrupted if RocksDB finds the block
+        holding it damaged (its block checksums are verified on every read)."""
+        try:
+            value = self._cfs[cf].get(key)
+        except Exception as exc:
+            if _is_corruption(exc):
+                raise Corrupted(f"catalog storage is damaged ({cf}): {exc}") from None
+            raise
         return value if value is None else bytes(value)
 
     def scan(
@@ -109,9 +175,45 @@ class RocksStore:
         while it.valid():
             key = it.key()
             if not key.startswith(prefix):
-                break
+                return
             yield key, it.value()
             it.next()
+        _raise_status(it, cf)
+
+    def scan_salvage(
+        self, cf: str, gaps: list[ScanGap], *, bulk: bool = True
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Every readable item of ``cf``: a forward scan, and if it stops at damaged
+        storage, a backward scan from the end down to the last key read. What lies
+        between is lost to this scan and described in ``gaps``."""
+        read = ReadOptions()
+        if bulk:
+            read.fill_cache(False)  # type: ignore[call-arg]
+        it = self._cfs[cf].iter(read)
+        it.seek_to_first()
+        last = b""
+        while it.valid():
+            last = it.key()
+            yield last, it.value()
+            it.next()
+        try:
+            _raise_status(it, cf)
+            return
+        except Corrupted as exc:
+            error = exc.message
+        back = self._cfs[cf].iter(read)
+        back.seek_to_last()
+        tail: list[tuple[bytes, bytes]] = []
+        while back.valid() and back.key() > last:
+            tail.append((back.key(), back.value()))
+            back.prev()
+        try:
+            _raise_status(back, cf)
+            before: bytes | None = tail[-1][0] if tail else None
+        except Corrupted:
+            before = tail[-1][0] if tail else None
+        gaps.append(ScanGap(last, before, error))
+        yield from reversed(tail)
 
     def values(self, cf: str) -> Iterator[bytes]:
         """Every value of ``cf`` in key order, read in bulk (bypassing the block
@@ -121,21 +223,77 @@ class RocksStore:
         return iter(self._cfs[cf].values(read_opt=read))
 
     def flush(self) -> None:
-        self._db.flush_wal(True)
+        """Sync the WAL: every batch written so far survives power loss (group commit)."""
+        try:
+            self._db.flush_wal(True)
+        except Exception as exc:
+            raise _storage_error("sync", exc) from None
+
+    def memory_bytes(self) -> dict[str, int]:
+        """Memory RocksDB holds now: memtables of every column family, block cache."""
+        memtables = 0
+        with self._lock:
+            if self._closed:
+                return {}
+            for cf in self._cfs.values():
+                memtables += int(cf.property_int_value("rocksdb.cur-size-all-mem-tables") or 0)
+        return {"memtables": memtables, "block_cache": int(self._cache.get_usage())}
+
+    def flush_memtables(self) -> None:
+        """Write memtables to SST files (shorter WAL replay at the next start)."""
+        for cf in self._cfs.values():
+            cf.flush(True)
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            self._db.flush_wal(True)
+            if not self._read_only:
+                # Memtables to SST, so the next start replays no WAL. Best effort:
+                # on a full disk the synced WAL still holds everything.
+                try:
+                    for cf in self._cfs.values():
+                        cf.flush(True)
+                    self._db.flush_wal(True)
+                except Exception as exc:
+                    log.warning("catalog flush at close failed (the WAL is kept): %s", exc)
             # Column-family views share the database; RocksDB's lock is released
             # only when every view is gone, so drop them before closing.
+            # A database in RocksDB's background-error state (e.g. after a full disk)
+            # reports that error again on close; it closes all the same.
             for cf in self._cfs.values():
-                cf.close()
+                try:
+                    cf.close()
+                except Exception as exc:
+                    log.warning("catalog close: %s", exc)
             self._cfs.clear()
             self._handles.clear()
-            self._db.close()
+            try:
+                self._db.close()
+            except Exception as exc:
+                log.warning("catalog close: %s", exc)
+
+
+def _storage_error(what: str, exc: Exception) -> Exception:
+    text = str(exc)
+    if "No space left" in text or "ENOSPC" in text:
+        return CapacityExceeded(
+            f"catalog {what} failed, the disk is full: {text}. Free space; RocksDB may stay "
+            "read-only until the daemon restarts"
+        )
+    if _is_corruption(exc):
+        return Corrupted(f"catalog {what} failed, its storage is damaged: {text}")
+    return Unavailable(f"catalog {what} failed: {text}")
+
+
+def _raise_status(it: object, cf: str) -> None:
+    try:
+        it.status()  # type: ignore[attr-defined]
+    except Exception as exc:
+        if _is_corruption(exc):
+            raise Corrupted(f"catalog storage is damaged ({cf}): {exc}") from None
+        raise
 
 
 class Batch:

@@ -33,11 +33,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tiermem.server.errors import CapacityExceeded, InvariantViolation
+from tiermem.server.faults import NO_FAULTS, Faults
 
 ALIGN = 4096
 MAGIC = b"TMS1"
 HEADER = struct.Struct("<4sIQQ")
 _NAME = re.compile(r"^seg-(\d{10})\.dat$")
+#: Longest key an entry header may claim (namespace + NUL + kind + key); a longer
+#: one means the header is damaged.
+MAX_ENTRY_KEY_BYTES = 2048
 
 
 def _align(n: int) -> int:
@@ -87,11 +91,23 @@ class SegmentStore:
                     seg_id, path, fd, size=_align(os.fstat(fd).st_size)
                 )
         self._next_id = max(self._segments, default=0) + 1
+        self.faults: Faults = NO_FAULTS
 
     # -- accounting -----------------------------------------------------------
     @property
     def used_bytes(self) -> int:
         return sum(s.size for s in self._segments.values())
+
+    def file_bytes(self, seg_id: int) -> int | None:
+        """Current length of the segment file; None if there is no such segment."""
+        try:
+            seg = self._ref(seg_id)
+        except FileNotFoundError:
+            return None
+        try:
+            return os.fstat(seg.fd).st_size
+        finally:
+            self._unref(seg)
 
     def add_live_bytes(self, seg_id: int, nbytes: int) -> bool:
         """Count aligned entry bytes as referenced (start-up recovery). False if
@@ -139,6 +155,13 @@ class SegmentStore:
         self._next_id += 1
         path = self.directory / f"seg-{seg_id:010d}.dat"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        # The new name must survive power loss too, or a synced entry in it would
+        # be lost with its directory entry.
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
         seg = Segment(seg_id, path, fd)
         self._segments[seg_id] = seg
         return seg
@@ -168,6 +191,7 @@ class SegmentStore:
         seg, offset = self._reserve(len(header) + size)
         try:
             _pwrite_all(seg.fd, memoryview(header), offset)
+            self.faults.point("segment.mid_write")
             _pwrite_all(seg.fd, data, offset + len(header))
             if sync:
                 os.fdatasync(seg.fd)
@@ -177,6 +201,13 @@ class SegmentStore:
             raise CapacityExceeded(f"SSD write failed: {exc}") from exc
         self._unref(seg)
         return seg.id, offset + len(header)
+
+    def sync(self, seg_ids: set[int]) -> None:
+        """fdatasync the given segments (those still open)."""
+        with self._lock:
+            fds = [s.fd for i, s in self._segments.items() if i in seg_ids and not s.retired]
+        for fd in fds:
+            os.fdatasync(fd)
 
     def sync_all(self) -> None:
         with self._lock:
@@ -203,21 +234,34 @@ class SegmentStore:
             self._unref(seg)
 
     def walk(self, seg_id: int) -> Iterator[EntryInfo]:
-        """Entries of a segment in order (stops at the first unreadable header)."""
+        """Entries of a segment in order.
+
+        A crash can leave a hole: a later append finished and was committed
+        while an earlier one had not written its header yet. Past an unreadable
+        header the walk resumes at the next 4 KiB boundary that holds one, so
+        entries after a hole are still found (a spurious match inside a hole
+        names no live record, and callers check every entry against the catalog)."""
         seg = self._ref(seg_id)
         try:
             offset, end = 0, os.fstat(seg.fd).st_size
             while offset + HEADER.size <= end:
                 raw = os.pread(seg.fd, HEADER.size, offset)
                 magic, key_len, size, checksum = HEADER.unpack(raw)
-                if magic != MAGIC:
-                    return
+                if magic != MAGIC or not 0 < key_len <= MAX_ENTRY_KEY_BYTES:
+                    offset = _align(offset + 1)
+                    continue
                 key = os.pread(seg.fd, key_len, offset + HEADER.size)
                 data_offset = offset + HEADER.size + key_len
                 yield EntryInfo(data_offset, size, checksum, key)
                 offset = _align(data_offset + size)
         finally:
             self._unref(seg)
+
+    def live_bytes(self, seg_id: int) -> int:
+        """Aligned bytes of the segment's entries the catalog still references."""
+        with self._lock:
+            seg = self._segments.get(seg_id)
+            return 0 if seg is None else seg.live
 
     def _unref(self, seg: Segment) -> None:
         with self._lock:

@@ -6,7 +6,15 @@ import argparse
 import sys
 import time
 
-from tiermem.client import AccessHint, Client, Durability, Kind, ObjectInfo, Profile
+from tiermem.client import (
+    AccessHint,
+    Client,
+    Durability,
+    Kind,
+    ObjectInfo,
+    Profile,
+    TlsOptions,
+)
 
 
 def human_bytes(n: float) -> str:
@@ -42,10 +50,24 @@ def _describe(info: ObjectInfo) -> str:
     return "\n".join(lines)
 
 
+def tls_options(args: argparse.Namespace) -> TlsOptions | None:
+    if not (args.tls_ca or args.tls_cert or args.tls_key):
+        return None
+    return TlsOptions(ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key)
+
+
+def connect(args: argparse.Namespace) -> Client:
+    return Client(
+        args.addr,
+        namespace=args.namespace,
+        timeout_s=args.timeout,
+        token=args.token,
+        tls=tls_options(args),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    with Client(
-        args.addr, namespace=args.namespace, timeout_s=args.timeout, token=args.token
-    ) as client:
+    with connect(args) as client:
         cmd = args.command
         if cmd == "put":
             if args.file == "-":

@@ -31,6 +31,9 @@ def _client_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--namespace", "-n", default="default")
     p.add_argument("--timeout", type=float, default=30.0, help="per-call deadline in seconds")
     p.add_argument("--token", default=None, help="bearer token (if the daemon requires one)")
+    p.add_argument("--tls-ca", default=None, help="PEM CA of the daemon's certificate (TLS on)")
+    p.add_argument("--tls-cert", default=None, help="PEM client certificate (mutual TLS)")
+    p.add_argument("--tls-key", default=None, help="PEM client key (mutual TLS)")
 
 
 def _object_args(p: argparse.ArgumentParser) -> None:
@@ -108,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cost", help="what memory costs per hour: by tier, kind, namespace, session")
     _client_args(p)
 
+    p = sub.add_parser("fsck", help="check stored objects; list the damaged ones")
+    _client_args(p)
+    p.add_argument("--data-dir", default=None, help="check this data dir offline (no daemon)")
+    p.add_argument("--all", action="store_true", help="every namespace (default: --namespace)")
+    p.add_argument("--quick", action="store_true", help="file presence and length only")
+    p.add_argument("--max", type=int, default=1000, help="most damaged objects listed")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
     p = sub.add_parser("ns", help="namespaces")
     ns_sub = p.add_subparsers(dest="ns_command", required=True)
     q = ns_sub.add_parser("create")
@@ -132,6 +143,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from tiermem.cli.serve import serve
 
         return serve(args)
+    if args.command == "fsck":
+        from tiermem.cli.fsck import fsck
+
+        return fsck(args)
     if args.command == "top":
         from tiermem.cli.top import run_top
 

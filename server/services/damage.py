@@ -1,0 +1,85 @@
+"""The damage register: objects whose stored bytes are known to be damaged.
+
+Filled at start-up (records naming a missing segment file, or a range past the
+end of a truncated one), on reads that fail verification, and by ``fsck``.
+Damaged objects stay in the catalog so every read of them answers DATA_LOSS
+(never bytes) and ``tiermem fsck`` can list them; deleting or overwriting the
+object clears its entry. Exported as ``tiermem_damaged_objects``; each newly
+found damage is logged once and counted in ``tiermem_checksum_failures_total``.
+
+Bounded: at most ``MAX_ENTRIES`` objects are remembered (the gauge keeps counting).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+
+from tiermem.server.metrics import Metrics
+from tiermem.server.model import ObjectKey
+
+log = logging.getLogger(__name__)
+
+MAX_ENTRIES = 100_000
+
+
+#: Damage locations as the checksum-failure metric names them (bounded label).
+_METRIC_WHERE = {"inline": "ssd", "segment": "ssd"}
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    key: str  # "namespace/KIND/key"
+    reason: str
+    where: str  # "segment", "inline", "catalog"
+
+
+class DamageLog:
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self._entries: dict[bytes, Damage] = {}
+        self._overflow = 0
+
+    def add(self, encoded_key: bytes, where: str, reason: str) -> bool:
+        """Record damage; True (and logged, counted) if it was not known yet."""
+        with self._lock:
+            if encoded_key in self._entries:
+                return False
+            if len(self._entries) >= MAX_ENTRIES:
+                self._overflow += 1
+            else:
+                self._entries[encoded_key] = Damage(_name(encoded_key), reason, where)
+            count = len(self._entries) + self._overflow
+        self._metrics.checksum_failures.labels(_METRIC_WHERE.get(where, where)).inc()
+        self._metrics.damaged_objects.set(count)
+        log.error("data damaged, not served: %s", reason)
+        return True
+
+    def discard(self, encoded_key: bytes) -> None:
+        """The object was deleted or overwritten: its damage is gone with it."""
+        with self._lock:
+            if self._entries.pop(encoded_key, None) is None:
+                return
+            count = len(self._entries) + self._overflow
+        self._metrics.damaged_objects.set(count)
+
+    def __contains__(self, encoded_key: bytes) -> bool:
+        with self._lock:
+            return encoded_key in self._entries
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries) + self._overflow
+
+    def entries(self) -> list[Damage]:
+        with self._lock:
+            return sorted(self._entries.values(), key=lambda d: d.key)
+
+
+def _name(encoded_key: bytes) -> str:
+    try:
+        return str(ObjectKey.decode(encoded_key))
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return encoded_key.hex()

@@ -1,0 +1,197 @@
+"""Every limit answers RESOURCE_EXHAUSTED (or DEADLINE_EXCEEDED) with a message
+naming it, and the refused request changes nothing: namespace quotas, the
+process-wide in-flight byte budget, per-namespace concurrency and in-flight
+bytes, put hooks (session quotas), and the server's own request deadline."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import grpc
+import pytest
+
+from tiermem.client import Client, Kind, TiermemClientError
+from tiermem.server.app import Daemon
+from tiermem.server.errors import CapacityExceeded
+from tiermem.v1 import common_pb2, object_pb2, object_pb2_grpc
+
+MiB = 1 << 20
+
+
+def refused(fn: Callable[[], object]) -> str:
+    with pytest.raises(TiermemClientError) as info:
+        fn()
+    assert info.value.code == "RESOURCE_EXHAUSTED", info.value
+    return info.value.message
+
+
+class HeldPut:
+    """A Put stream that sends its header and ``first`` bytes, then waits."""
+
+    def __init__(
+        self, address: str, namespace: str, key: str, size: int, first: int = 0,
+        timeout_s: float | None = 30,
+    ) -> None:  # fmt: skip
+        self.release = threading.Event()
+        self.sent_header = threading.Event()
+        self.error: grpc.RpcError | None = None
+        self.reply: object_pb2.PutResponse | None = None
+        self._channel = grpc.insecure_channel(address)
+        stub = object_pb2_grpc.ObjectServiceStub(self._channel)
+        ok = common_pb2.ObjectKey(namespace=namespace, kind=common_pb2.BLOB, key=key)
+
+        def messages() -> Iterator[object_pb2.PutRequest]:
+            yield object_pb2.PutRequest(header=object_pb2.PutHeader(key=ok, size_bytes=size))
+            if first:
+                yield object_pb2.PutRequest(chunk=b"x" * first)
+            self.sent_header.set()
+            self.release.wait(60)
+            yield object_pb2.PutRequest(chunk=b"x" * (size - first))
+
+        def run() -> None:
+            try:
+                self.reply = stub.Put(messages(), timeout=timeout_s)
+            except grpc.RpcError as exc:
+                self.error = exc
+
+        self._thread = threading.Thread(target=run)
+        self._thread.start()
+        self.sent_header.wait(30)
+
+    def finish(self) -> None:
+        self.release.set()
+        self._thread.join(60)
+        self._channel.close()
+
+
+def wait_admitted(daemon: Daemon, nbytes: int) -> None:
+    """The held put reached the service (its bytes count against the budget)."""
+    for _ in range(3000):
+        if daemon.store.guard.inflight_bytes >= nbytes:
+            return
+        threading.Event().wait(0.01)
+    raise AssertionError("the held put was never admitted")
+
+
+def test_namespace_quota_of_bytes_and_objects(make_daemon: Callable[..., Daemon]) -> None:
+    daemon = make_daemon(
+        namespaces=["default", "small"],
+        limits={"namespaces": {"small": {"max_bytes": 10_000, "max_objects": 3}}},
+    )
+    with Client(daemon.address, namespace="small", retries=0) as c:
+        c.put(Kind.BLOB, "a", b"a" * 6000)
+        message = refused(lambda: c.put(Kind.BLOB, "b", b"b" * 6000))
+        assert "quota" in message and "max_bytes=10000" in message
+        c.put(Kind.BLOB, "a", b"A" * 9000)  # an overwrite adds only the difference
+        c.put(Kind.BLOB, "b", b"b" * 1000)
+        assert refused(lambda: c.put(Kind.BLOB, "c", b"c" * 1))  # 10 000 bytes held
+        c.delete(Kind.BLOB, "a")
+        c.put(Kind.BLOB, "c", b"c" * 10)
+        c.put(Kind.BLOB, "d", b"d" * 10)
+        message = refused(lambda: c.put(Kind.BLOB, "e", b"e"))
+        assert "max_objects is 3" in message
+        c.put(Kind.BLOB, "d", b"D" * 20)  # overwriting adds no object
+        assert sorted(o.key for o in c.list()) == ["b", "c", "d"]
+        assert c.get(Kind.BLOB, "d") == b"D" * 20
+        # Other namespaces are unlimited.
+        c.put(Kind.BLOB, "big", b"x" * 50_000, namespace="default")
+    daemon.stop()
+    again = make_daemon(
+        name="d", namespaces=["default", "small"],
+        limits={"namespaces": {"small": {"max_bytes": 10_000, "max_objects": 3}}},
+    )  # fmt: skip
+    with Client(again.address, namespace="small", retries=0) as c:  # usage is recovered
+        assert "max_objects is 3" in refused(lambda: c.put(Kind.BLOB, "e", b"e"))
+
+
+def test_in_flight_byte_budget_refuses_instead_of_running_out_of_memory(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = make_daemon(limits={"max_inflight_bytes": 4 * MiB, "max_object_bytes": 4 * MiB})
+    held = HeldPut(daemon.address, "default", "huge-1", 3 * MiB, first=MiB)
+    try:
+        wait_admitted(daemon, 3 * MiB)
+        with Client(daemon.address, retries=0) as c:
+            message = refused(lambda: c.put(Kind.BLOB, "huge-2", b"y" * (2 * MiB)))
+            assert "limits.max_inflight_bytes" in message
+            c.put(Kind.BLOB, "small", b"s" * 1000)  # what fits still goes through
+            held.finish()
+            assert held.error is None
+            c.put(Kind.BLOB, "huge-2", b"y" * (2 * MiB))
+            assert c.get(Kind.BLOB, "huge-1") == b"x" * (3 * MiB)
+    finally:
+        held.finish()
+    assert daemon.store.guard.inflight_bytes == 0
+
+
+def test_one_namespace_cannot_take_every_request_slot(make_daemon: Callable[..., Daemon]) -> None:
+    daemon = make_daemon(
+        namespaces=["default", "greedy"],
+        limits={"namespaces": {"greedy": {"max_concurrent_rpcs": 1, "max_inflight_bytes": MiB}}},
+    )
+    held = HeldPut(daemon.address, "greedy", "slow", 1000)
+    try:
+        wait_admitted(daemon, 1000)
+        with Client(daemon.address, namespace="greedy", retries=0) as c:
+            message = refused(lambda: c.stat(Kind.BLOB, "anything"))
+            assert "greedy" in message and "max_concurrent_rpcs=1" in message
+            c.put(Kind.BLOB, "other-tenant", b"fine", namespace="default")
+            assert c.get(Kind.BLOB, "other-tenant", namespace="default") == b"fine"
+        held.finish()
+        assert held.error is None
+        with Client(daemon.address, namespace="greedy", retries=0) as c:
+            assert c.get(Kind.BLOB, "slow") == b"x" * 1000
+            message = refused(lambda: c.put(Kind.BLOB, "too-big", b"z" * (MiB + 1)))
+            assert "max_inflight_bytes" in message
+    finally:
+        held.finish()
+
+
+def test_put_hooks_can_refuse_for_example_a_session_quota(daemon: Daemon) -> None:
+    def session_quota(namespace: str, session: str, nbytes: int, objects: int) -> None:
+        if session == "capped" and nbytes > 100:
+            raise CapacityExceeded(f"session {session!r} quota: at most 100 bytes per put")
+
+    daemon.store.guard.add_put_hook(session_quota)
+    with Client(daemon.address, retries=0) as c:
+        c.put(Kind.SCRATCH, "ok", b"x" * 100, session="capped")
+        assert "session 'capped' quota" in refused(
+            lambda: c.put(Kind.SCRATCH, "no", b"x" * 101, session="capped")
+        )
+        c.put(Kind.SCRATCH, "free", b"x" * 101, session="other")
+        assert sorted(o.key for o in c.list(kind=Kind.SCRATCH)) == ["free", "ok"]
+
+
+def test_server_deadline_ends_stalled_and_slow_streams(make_daemon: Callable[..., Daemon]) -> None:
+    daemon = make_daemon(limits={"max_request_s": 1.0})
+    # A stream that stalls after its header, with no client deadline: cancelled.
+    stalled = HeldPut(daemon.address, "default", "stalled", 100_000, timeout_s=None)
+    stalled._thread.join(30)
+    assert stalled.error is not None and stalled.error.code() == grpc.StatusCode.CANCELLED
+    stalled.finish()
+
+    # A stream that keeps sending, too slowly: DEADLINE_EXCEEDED with a message.
+    channel = grpc.insecure_channel(daemon.address)
+    stub = object_pb2_grpc.ObjectServiceStub(channel)
+    key = common_pb2.ObjectKey(namespace="default", kind=common_pb2.BLOB, key="slow")
+    stop = threading.Event()
+
+    def slow() -> Iterator[object_pb2.PutRequest]:
+        yield object_pb2.PutRequest(header=object_pb2.PutHeader(key=key, size_bytes=1000))
+        for _ in range(999):
+            if stop.wait(0.1):
+                return
+            yield object_pb2.PutRequest(chunk=b"z")
+
+    with pytest.raises(grpc.RpcError) as info:
+        stub.Put(slow())
+    stop.set()
+    channel.close()
+    err: grpc.RpcError = info.value  # type: ignore[assignment]
+    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED, err
+    assert "max_request_s" in (err.details() or "")
+    assert daemon.store.guard.inflight_bytes == 0
+    with Client(daemon.address, retries=0) as c:
+        assert not list(c.list())  # neither put stored anything
+        assert c.stats().tiers[0].used_bytes == 0
