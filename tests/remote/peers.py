@@ -201,7 +201,7 @@ class MooncakeStore:
         }
 
     def _log(self, name: str) -> Any:
-        return open(self.directory / f"{name}.log", "ab")  # noqa: SIM115 - the child keeps it
+        return open(self.directory / f"{name}.log", "ab")
 
     def start(self) -> Self:
         env = {**os.environ, "MC_TCP_BIND_ADDRESS": "127.0.0.1"}
@@ -229,7 +229,7 @@ class MooncakeStore:
         """SIGKILL the master and the storage node (a crash: the data is gone)."""
         for proc in (self.node, self.master):
             if proc is not None:
-                _stop_pid(proc.pid, signal.SIGKILL)
+                proc.kill()
                 proc.wait()
         self.master = self.node = None
 
@@ -237,10 +237,15 @@ class MooncakeStore:
         self.start()
 
     def stop(self) -> None:
+        # our children: wait() reaps them (polling a PID would see the zombie)
         for proc in (self.node, self.master):
             if proc is not None:
-                _stop_pid(proc.pid)
-                proc.wait()
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
         self.master = self.node = None
 
     def __enter__(self) -> Self:

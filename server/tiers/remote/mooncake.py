@@ -20,14 +20,19 @@ Calls used and why:
 Behaviour to design around (see ``/work/shared/PEERS.md``): at its high
 watermark the store evicts silently (later reads find nothing: a miss, not an
 error); while the master is down every call blocks ~4 s inside the client (the
-engine's deadline returns control earlier).
+engine's deadline returns control earlier; those calls release the GIL).
+``setup`` does not release the GIL while it retries an unreachable master, so
+the backend checks with a plain TCP connect first that the master and the
+metadata server answer.
 """
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from tiermem.server.config import MooncakeConfig
 from tiermem.server.tiers.remote.base import RemoteBackend, RemoteError
@@ -35,6 +40,20 @@ from tiermem.server.tiers.remote.base import RemoteBackend, RemoteError
 #: Mooncake error codes (mooncake-store/include/types.h).
 OBJECT_NOT_FOUND = -704
 NO_AVAILABLE_HANDLE = -200  # no segment has room: the store refuses the value
+
+
+#: How long the pre-connect check waits for each service (seconds).
+CONNECT_CHECK_S = 0.5
+
+
+def _reachable(address: str, what: str) -> None:
+    """Raise RemoteError unless something accepts TCP connections at HOST:PORT."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), CONNECT_CHECK_S):
+            return
+    except (OSError, ValueError) as exc:
+        raise RemoteError(f"Mooncake {what} at {address} is unreachable: {exc}") from exc
 
 
 class MooncakeBackend(RemoteBackend):
@@ -47,6 +66,10 @@ class MooncakeBackend(RemoteBackend):
         from mooncake.store import MooncakeDistributedStore
 
         self._config = config
+        # ``setup`` holds the GIL while it retries a master that does not answer
+        # (~90 s: the whole daemon would stall), so check both services first.
+        _reachable(config.master, "master")
+        _reachable(urlsplit(config.metadata_server).netloc, "metadata server")
         self._store: Any = MooncakeDistributedStore()
         rc = self._store.setup(
             config.local_hostname,
