@@ -520,17 +520,23 @@ class KvService:
         return PrefixHit(n, found_tiers)
 
     def prefetch(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefetchReport:
-        """Keep the chunks in memory: refresh resident ones, promote the others."""
+        """Keep the chunks in memory: refresh resident ones, promote the others.
+        With a remote tier sharing KV, chunks not held here are fetched from it now
+        (adopted into a local tier: counted as promoted)."""
         keys, rows, tiers = self._probe(
             scope, chunk_hashes, self.config.max_batch_blocks, "Prefetch"
         )
         found = [bytes(keys[int(i)]) for i in np.flatnonzero(rows >= 0)]
         missing = int((rows < 0).sum())
+        fetched = 0
+        if missing and self.remote is not None and self.remote.shares_kv:
+            fetched = self.remote.fetch([bytes(keys[int(i)]) for i in np.flatnonzero(rows < 0)])
+            missing -= fetched
         if self.placement is not None:
             # The planner decides where each block goes (and refreshes the resident
             # ones' deadlines); promotions run on the migrator.
             result = self.placement.prefetch([ObjectKey.decode(k) for k in found], 0)
-            return PrefetchReport(result.queued, result.resident, missing)
+            return PrefetchReport(result.queued + fetched, result.resident, missing)
         memory = [int(t) for t in self.store.memory]
         resident = (rows >= 0) & np.isin(tiers, memory)
         with self.store.lock:
@@ -542,7 +548,7 @@ class KvService:
         promoted = sum(
             1 for i in np.flatnonzero((rows >= 0) & ~resident) if self.promote(bytes(keys[int(i)]))
         )
-        return PrefetchReport(promoted, int(resident.sum()), missing)
+        return PrefetchReport(promoted + fetched, int(resident.sum()), missing)
 
     def promote(self, encoded_key: bytes) -> bool:
         """Without a planner: bring one block into the fastest memory tier."""

@@ -326,6 +326,19 @@ class RemoteService:
             raise
         return out
 
+    def fetch(self, keys: Sequence[bytes]) -> int:
+        """Bring objects this daemon does not hold from the remote store into its
+        local tiers (``pull`` in batches, values released at once). Returns how
+        many are held locally afterwards; misses and an unavailable store count 0."""
+        step = self.config.batch_max_objects
+        for start in range(0, len(keys), step):
+            for value in self.pull(keys[start : start + step]).values():
+                if value is not None:
+                    value.release()
+        with self.store.lock:
+            held = [self.catalog.find(k) for k in keys]
+        return sum(1 for e in held if e is not None and e.tier != Tier.REMOTE)
+
     def _count_read(self, kind: Kind) -> None:
         self.store.metrics.count_read(kind.name, Tier.REMOTE.name, self.store.tier_names())
 

@@ -13,7 +13,8 @@ import torch
 
 from tests.remote.conftest import Peer, remote_config, sample
 from tests.remote.peers import RedisCluster
-from tiermem.client import Client, KvBlock, KvScope, Tier
+from tiermem.client import Client, Kind, KvBlock, KvScope, Tier
+from tiermem.client.fastpath import ObjectRef
 from tiermem.server.app import Daemon
 
 SCOPE = KvScope("shared-model", dtype="float16", salt="tenant-1")
@@ -95,3 +96,29 @@ def test_other_deployments_namespaces_and_salts_never_see_the_values(
             cluster.close()
         assert len(names) == 6
         assert all(n.startswith(f"{deployment}/default/") for n in names)
+
+
+def test_prefetch_on_b_brings_a_chain_from_the_store_into_its_memory(
+    peer: Peer, make_remote_daemon: Callable[..., Daemon]
+) -> None:
+    remote = remote_config(peer)
+    a = make_remote_daemon("a", remote)
+    b = make_remote_daemon("b", remote)
+    blocks = chain(8, seed=4)
+    hashes = [blk.chunk_hash for blk in blocks]
+    with Client(a.address) as ca, Client(b.address) as cb:
+        ca.kv.put_blocks(SCOPE, blocks)
+        a.maintain()
+        report = cb.kv.prefetch(SCOPE, [*hashes, 999])
+        assert (report.promoted, report.resident, report.missing) == (8, 0, 1)
+        assert cb.kv.lookup_prefix(SCOPE, hashes).tiers == [Tier.DRAM] * 8
+        # now an ordinary local object: the shared-memory data plane serves it
+        key = f"{SCOPE.model}@1@0@{SCOPE.dtype}@{_salt_tag(SCOPE.salt)}@{hashes[0]:016x}"
+        (fetched,) = cb.dataplane.get_many([ObjectRef(Kind.KV_BLOCK, key)])
+        assert bytes(fetched.data) == blocks[0].data.numpy().tobytes()
+
+
+def _salt_tag(salt: str) -> str:
+    import hashlib
+
+    return hashlib.blake2b(salt.encode(), digest_size=8).hexdigest()
