@@ -7,7 +7,8 @@
    the same config); restart time = process start until it prints
    "listening on" (recovery done, serving).
 3. Memory per object = (RSS of the seeded daemon - RSS of the empty one) / N,
-   read from /proc after a get of a random key.
+   the median of /proc samples over 12 s after a get of a random key and a
+   Stats call (the peak, during a rebalancing plan, is reported beside it).
 
     python -m bench.catalog_scale [--objects N]
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -81,14 +83,25 @@ def start(data_dir: Path) -> tuple[subprocess.Popen[str], str, float]:
     raise RuntimeError("daemon did not start")
 
 
-def settle_rss(proc: subprocess.Popen[str], address: str, n: int) -> int:
+#: RSS is sampled this long after a get and a Stats call: long enough for the
+#: migrator to plan over the whole catalog at least twice (a plan allocates
+#: catalog-sized temporaries and hands them back afterwards).
+SAMPLE_SECONDS = 12.0
+
+
+def settle_rss(proc: subprocess.Popen[str], address: str, n: int) -> tuple[int, int]:
+    """(median, peak) resident bytes over ``SAMPLE_SECONDS`` of an idle daemon."""
     with Client(address) as c:
         i = random.randrange(n) if n else 0
         if n:
             c.get(Kind.SCRATCH, f"agent-{i % 1000:04d}/record-{i:09d}")
         c.stats()
-    time.sleep(1.0)
-    return rss_bytes(proc.pid)
+    samples = []
+    end = time.monotonic() + SAMPLE_SECONDS
+    while time.monotonic() < end:
+        samples.append(rss_bytes(proc.pid))
+        time.sleep(0.2)
+    return int(statistics.median(samples)), max(samples)
 
 
 def main() -> None:
@@ -110,16 +123,16 @@ def main() -> None:
         print(f"seeded {n} objects in {seed_s:.1f}s")
         proc, addr, empty_start_s = start(empty)
         try:
-            rss_empty = settle_rss(proc, addr, 0)
+            rss_empty, _ = settle_rss(proc, addr, 0)
         finally:
             proc.terminate()
             proc.wait(60)
         restarts = []
-        rss_loaded = 0
+        rss_loaded = rss_peak = 0
         for _ in range(2):  # first start warms the page cache like a real restart
             proc, addr, restart_s = start(seeded)
             try:
-                rss_loaded = settle_rss(proc, addr, n)
+                rss_loaded, rss_peak = settle_rss(proc, addr, n)
                 with Client(addr) as c:
                     assert c.stats().objects == n
             finally:
@@ -142,6 +155,12 @@ def main() -> None:
             "seed_puts_per_s": n / seed_s,
             "rss_empty_daemon_bytes": rss_empty,
             "rss_loaded_daemon_bytes": rss_loaded,
+            "rss_loaded_daemon_peak_bytes": rss_peak,
+            "peak_memory_per_object_bytes": (rss_peak - rss_empty) / n,
+            "memory_note": (
+                f"median resident size over {SAMPLE_SECONDS:.0f} s of an idle daemon (steady "
+                "state); the peak includes a rebalancing plan's catalog-sized temporaries"
+            ),
             "empty_start_seconds": empty_start_s,
             "restart_seconds": restarts,
             "data_dir_bytes": disk,

@@ -190,6 +190,49 @@ class TiermemPath(Peer):
         return _timed(lambda i: self.c.dataplane.get_many(refs, out=outs, path=self.path), n)
 
 
+class TiermemKvClient(Peer):
+    """``client.kv.put_blocks`` / ``get_blocks`` (what LMCache's connector calls):
+    blocks as float16 tensors, keys by scope and chunk hash, path chosen by the
+    client. Reported beside the raw paths, not a goal of its own."""
+
+    name = "tiermem_kv_client"
+    batches = True
+
+    def __init__(self, client: Client, bufs: Buffers) -> None:
+        from tiermem.client import KvScope
+
+        self.c = client
+        self.b = bufs
+        self.scope = KvScope("bench-model", dtype="float16")
+        self.keys = 8
+
+    def _block(self, size: int, h: int) -> Any:
+        from tiermem.client import KvBlock
+
+        return KvBlock(h, self.b.src[size].view(np.float16))
+
+    def put(self, size: int, n: int) -> Latencies:
+        return _timed(
+            lambda i: self.c.kv.put_blocks(self.scope, [self._block(size, size + i % self.keys)]),
+            n,
+        )
+
+    def get(self, size: int, n: int) -> Latencies:
+        dst = [self.b.dst[size][0].view(np.float16)]
+        return _timed(
+            lambda i: self.c.kv.get_blocks(self.scope, [size + i % self.keys], out=dst), n
+        )
+
+    def put_batch(self, size: int, n: int) -> Latencies:
+        blocks = [self._block(size, -1 - j) for j in range(BATCH)]
+        return _timed(lambda i: self.c.kv.put_blocks(self.scope, blocks), n)
+
+    def get_batch(self, size: int, n: int) -> Latencies:
+        hashes = [-1 - j for j in range(BATCH)]
+        outs = [a.view(np.float16) for a in self.b.dst[size]]
+        return _timed(lambda i: self.c.kv.get_blocks(self.scope, hashes, out=outs), n)
+
+
 class Redis(Peer):
     name = "redis"
     batches = True
@@ -488,6 +531,7 @@ def run(rounds: int, quick: bool) -> None:
         if client.dataplane.paths()[:2] != ["shm", "bulk"]:
             notes.append(f"tiermem offered {client.dataplane.paths()} only")
         peers += [TiermemPath(client, p, bufs) for p in client.dataplane.paths()]
+        peers.append(TiermemKvClient(client, bufs))
         try:
             peers.append(Redis(stack.enter_context(redis_server()), bufs))
         except Exception as exc:  # a peer that cannot run here is reported, not fatal

@@ -33,8 +33,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -46,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import REPO, goal, write_result
+from bench.common import goal, tiermem_daemon, write_result
 from tests.remote.peers import MooncakeStore, RedisCluster, mooncake_unavailable
 from tiermem.client import Client, KvBlock, KvScope
 from tiermem.client import Kind as ClientKind
@@ -89,30 +87,10 @@ def daemon(directory: Path, remote: dict[str, Any]) -> Iterator[str]:
     directory.mkdir(parents=True)
     config = directory / "tiermem.toml"
     config.write_text(_config_text(remote))
-    cmd = [sys.executable, "-m", "tiermem.cli.main", "serve", "--config", str(config),
-           "--data-dir", str(directory / "data"), "--listen", "127.0.0.1:0",
-           "--metrics-listen", ""]  # fmt: skip
-    log = open(directory / "daemon.log", "ab")  # noqa: SIM115 - the child writes it
-    env = {**os.environ, "MC_TCP_BIND_ADDRESS": "127.0.0.1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO, env=env)
-    try:
-        assert proc.stdout is not None
-        address = ""
-        for line in proc.stdout:
-            if line.startswith("listening on "):
-                address = line.split()[-1]
-                break
-        if not address:
-            raise RuntimeError(f"tiermem did not start: {(directory / 'daemon.log').read_text()}")
+    with tiermem_daemon(
+        directory / "data", ("MC_TCP_BIND_ADDRESS", "127.0.0.1"), config=config
+    ) as address:
         yield address
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 # -- the stores' own clients ----------------------------------------------------------------

@@ -6,9 +6,13 @@ size, worker id, KV dtype, tenant salt; the fields of LMCache's
 dtype, shape and memory format and come back bit-exact (or, when stored with a
 lossy codec, decoded to their original dtype).
 
-Bulk bytes go through exactly two methods, ``_put_payloads`` and
-``_get_payloads`` (gRPC streams today), so a faster data path can replace them
-without touching the rest.
+Data paths: blocks of at least the data plane's threshold (64 KiB) without a
+lossy codec go by the client's fastest path (shared memory on the daemon's
+host, else the bulk TCP channel; ``Client.path_stats()`` says which): the
+client derives the blocks' object keys itself (``tiermem/kv_keys.py``, the
+daemon's own scheme) and moves them as KV_BLOCK objects with one negotiation
+per batch. Everything else (small blocks, lossy codecs, lookups, daemons
+without fast paths) uses the KvService gRPC streams.
 """
 
 from __future__ import annotations
@@ -21,10 +25,17 @@ from typing import Any
 
 import numpy as np
 
+from tiermem import kv_keys
 from tiermem.client import _wire
 from tiermem.client._transport import Transport
-from tiermem.client.errors import ChecksumError
-from tiermem.client.types import Profile, Tier
+from tiermem.client.errors import (
+    ChecksumError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+)
+from tiermem.client.fastpath.plane import DataPlane, ObjectRef, PutItem
+from tiermem.client.types import Kind, ObjectInfo, Profile, Tier
 from tiermem.v1 import common_pb2, kv_pb2, kv_pb2_grpc
 
 ChunkHash = int | bytes
@@ -194,11 +205,14 @@ class KvClient:
         namespace: str = "default",
         chunk_bytes: int = _wire.DEFAULT_CHUNK_BYTES,
         verify: bool = True,
+        dataplane: DataPlane | None = None,
     ) -> None:
+        """``dataplane``: the client's fast paths (None = KvService streams only)."""
         self.transport = transport
         self.namespace = namespace
         self.chunk_bytes = chunk_bytes
         self.verify = verify
+        self.dataplane = dataplane
         self._stub = kv_pb2_grpc.KvServiceStub(transport.channel)
         self._metadata = transport.metadata
 
@@ -212,6 +226,25 @@ class KvClient:
             salt=scope.salt,
         )
 
+    def _fast(self, codec: str, path: str | None) -> DataPlane | None:
+        """The data plane to move large blocks with, or None for the KvService
+        streams (``path`` "grpc", a lossy codec, or no faster path offered)."""
+        plane = self.dataplane
+        if plane is None or codec or path == "grpc":
+            return None
+        if path is not None:
+            return plane
+        return plane if plane.paths()[0] != "grpc" else None
+
+    def _block_keys(self, scope: KvScope, hashes: Sequence[bytes]) -> list[str]:
+        problem = kv_keys.scope_problem(scope.model, scope.world_size, scope.worker_id, scope.dtype)
+        if problem is not None:  # the daemon's words for it, without the round trip
+            raise InvalidArgumentError("INVALID_ARGUMENT", problem)
+        prefix = kv_keys.key_prefix(
+            scope.model, scope.world_size, scope.worker_id, scope.dtype, scope.salt
+        )
+        return [prefix + h.hex() for h in hashes]
+
     # -- put ----------------------------------------------------------------------
     def put_blocks(
         self,
@@ -221,16 +254,71 @@ class KvClient:
         profile: Profile | None = None,
         session: str = "",
         codec: str = "",
+        path: str | None = None,
         timeout_s: float | None = None,
     ) -> list[StoredBlock]:
         """Store blocks (split into batches of bounded size; each batch is
         all-or-nothing). ``codec`` ("fp8_e4m3", "int8") needs a profile with
-        precision LOSSY_OK; the result says per block what was applied."""
+        precision LOSSY_OK; the result says per block what was applied.
+        ``path``: None picks the fastest; "grpc", "bulk" or "shm" forces one."""
+        payloads = [_payload(block) for block in blocks]
+        plane = self._fast(codec, path)
+        if plane is None:
+            return self._put_streamed(scope, blocks, payloads, profile, session, codec, timeout_s)
+        large = [
+            i for i, (view, _, _) in enumerate(payloads)
+            if path is not None or len(view) >= plane.threshold_bytes
+        ]  # fmt: skip
+        taken = set(large)
+        small = [i for i in range(len(blocks)) if i not in taken]
+        out: list[StoredBlock | None] = [None] * len(blocks)
+        hashes = [hash_bytes(blocks[i].chunk_hash) for i in large]
+        keys = self._block_keys(scope, hashes)
+        items = [
+            PutItem(
+                kind=Kind.KV_BLOCK,
+                key=key,
+                data=payloads[i][0],
+                namespace=scope.namespace or self.namespace,
+                profile=profile,
+                session=session,
+                dtype=payloads[i][1],
+                shape=payloads[i][2],
+                memory_format=blocks[i].memory_format,
+            )
+            for i, key in zip(large, keys, strict=True)
+        ]
+        infos = plane.put_many(items, path=path, timeout_s=timeout_s) if items else []
+        for i, h, info in zip(large, hashes, infos, strict=True):
+            out[i] = StoredBlock(h, info.key, info.tier, info.size_bytes, "", 0.0)
+        rest = self._put_streamed(
+            scope,
+            [blocks[i] for i in small],
+            [payloads[i] for i in small],
+            profile,
+            session,
+            codec,
+            timeout_s,
+        )
+        for i, stored in zip(small, rest, strict=True):
+            out[i] = stored
+        return [b for b in out if b is not None]
+
+    def _put_streamed(
+        self,
+        scope: KvScope,
+        blocks: Sequence[KvBlock],
+        payloads: Sequence[tuple[memoryview, str, tuple[int, ...]]],
+        profile: Profile | None,
+        session: str,
+        codec: str,
+        timeout_s: float | None,
+    ) -> list[StoredBlock]:
+        """Blocks through KvService.PutBlocks, in batches of bounded size."""
         out: list[StoredBlock] = []
         batch: list[tuple[kv_pb2.BlockSpec, memoryview]] = []
         batch_bytes = 0
-        for block in blocks:
-            view, dtype, shape = _payload(block)
+        for block, (view, dtype, shape) in zip(blocks, payloads, strict=True):
             spec = kv_pb2.BlockSpec(
                 chunk_hash=hash_bytes(block.chunk_hash),
                 tensor=common_pb2.TensorInfo(
@@ -311,6 +399,7 @@ class KvClient:
         *,
         out: Sequence[Any] | None = None,
         allocate: Allocator | None = None,
+        path: str | None = None,
         timeout_s: float | None = None,
     ) -> list[FetchedBlock]:
         """Read blocks in order; missing ones come back with ``found=False``.
@@ -318,7 +407,9 @@ class KvClient:
         Where the bytes land: ``out`` (one per hash) gives writable buffers of
         exactly the block's size (e.g. a pinned tensor); or ``allocate`` is
         called with each found block's header (``data`` None) and returns such a
-        buffer (or None for a new bytearray); by default a new bytearray."""
+        buffer (or None for a new bytearray); by default a new bytearray.
+        Each block's buffer is asked for once, whichever path carries it.
+        ``path``: None picks the fastest; "grpc", "bulk" or "shm" forces one."""
         if out is not None and len(out) != len(chunk_hashes):
             raise ValueError(f"out has {len(out)} buffers for {len(chunk_hashes)} chunk hashes")
         if out is not None:
@@ -327,13 +418,79 @@ class KvClient:
             def allocate(block: FetchedBlock, index: int = -1) -> Any:
                 return given[index]
 
+        buffers: dict[int, Any] = {}
+        user_allocate = allocate
+
+        def once(block: FetchedBlock, index: int) -> Any:
+            """The caller's buffer for a block, asked for at most once."""
+            if index not in buffers:
+                buf = None if user_allocate is None else user_allocate(block, index)
+                buffers[index] = bytearray(block.size_bytes) if buf is None else buf
+            return buffers[index]
+
         hashes = _hashes(chunk_hashes)
+        plane = self._fast("", path)
         results: list[FetchedBlock] = []
         for start in range(0, len(hashes), MAX_BATCH_BLOCKS):
             part = hashes[start : start + MAX_BATCH_BLOCKS]
-            request = kv_pb2.GetBlocksRequest(scope=self._scope(scope), chunk_hashes=part)
-            results += self._get_payloads(request, allocate, start, timeout_s)
+            got = None
+            if plane is not None:
+                got = self._get_fast(plane, scope, part, once, start, path, timeout_s)
+            if got is None:
+                request = kv_pb2.GetBlocksRequest(scope=self._scope(scope), chunk_hashes=part)
+                got = self._get_payloads(request, once, start, timeout_s)
+            results += got
         return results
+
+    def _get_fast(
+        self,
+        plane: DataPlane,
+        scope: KvScope,
+        hashes: list[bytes],
+        once: Allocator,
+        first_index: int,
+        path: str | None,
+        timeout_s: float | None,
+    ) -> list[FetchedBlock] | None:
+        """A batch through the data plane, or None when the KvService stream must
+        serve it: some block is missing (the stream reports each as not found),
+        was stored with a lossy codec (the daemon decodes those) or is held only
+        by a remote tier that is unavailable (the stream reports it missing)."""
+        namespace = scope.namespace or self.namespace
+        refs = [ObjectRef(Kind.KV_BLOCK, k, namespace) for k in self._block_keys(scope, hashes)]
+        lossy: list[int] = []
+
+        def header(info: ObjectInfo, h: bytes) -> FetchedBlock:
+            return FetchedBlock(
+                chunk_hash=h,
+                found=True,
+                dtype=info.dtype,
+                shape=info.shape,
+                memory_format=info.memory_format,
+                tier=info.tier,
+                size_bytes=info.size_bytes,
+                checksum=info.checksum,
+            )
+
+        def into(info: ObjectInfo, i: int) -> memoryview:
+            if info.codec:  # encoded bytes: land them in scratch, the stream redoes it
+                lossy.append(i)
+                return memoryview(bytearray(info.size_bytes))
+            index = first_index + i
+            return _writable(once(header(info, hashes[i]), index), info.size_bytes, index)
+
+        try:
+            fetched = plane.get_many(refs, allocate=into, path=path, timeout_s=timeout_s)
+        except (NotFoundError, UnavailableError):
+            # UNAVAILABLE: a block whose only copy is in a remote tier that is down;
+            # the stream answers it as missing (or fails the same if the daemon is)
+            return None
+        if lossy:
+            return None
+        return [
+            dataclasses.replace(header(f.info, h), data=once(header(f.info, h), first_index + i))
+            for i, (f, h) in enumerate(zip(fetched, hashes, strict=True))
+        ]
 
     def get_tensors(
         self, scope: KvScope, chunk_hashes: Sequence[ChunkHash], **kw: Any

@@ -87,7 +87,11 @@ class Client:
             paths=fast_paths,
         )
         self.kv = KvClient(
-            self.transport, namespace=namespace, chunk_bytes=chunk_bytes, verify=verify
+            self.transport,
+            namespace=namespace,
+            chunk_bytes=chunk_bytes,
+            verify=verify,
+            dataplane=self.dataplane,
         )
         self.placement = PlacementClient(self.transport, namespace)
         self.vectors = VectorClient(self.transport, namespace)

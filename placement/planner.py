@@ -489,127 +489,7 @@ class Planner:
         mem: list[int],
         remote_ok: Bool,
     ) -> Plan:
-        cfg = self.config
-        size = objs.size
-        src_all = objs.tier.astype(np.int64)
-        used = {t: s.used_bytes for t, s in tiers.items()}
-        limit = {t: s.plan_bytes for t, s in tiers.items()}
-        ssd = tiers.get(SSD)
-        ssd_limit = ssd.high_bytes if ssd is not None else 0
-        budget = cfg.max_move_bytes
-        out: list[tuple[int, int, int]] = []
-        done = np.zeros(len(objs), dtype=bool)
-        copy_bytes = 0
-        forced = 0
-
-        def copies(i: int, dst: int) -> bool:
-            if dst == REMOTE:
-                return not objs.flags[i] & FLAG_REMOTE
-            return dst != DROP and not (dst == SSD and bool(objs.persisted[i]))
-
-        def apply(i: int, dst: int) -> None:
-            nonlocal copy_bytes
-            s = int(size[i])
-            src = int(src_all[i])
-            if src in mem:
-                used[src] -= s
-            if dst in used and dst != SSD:
-                used[dst] += s
-            if dst == SSD and not objs.persisted[i]:
-                used[SSD] = used.get(SSD, 0) + s
-            if copies(i, dst):
-                copy_bytes += s
-            out.append((i, src, dst))
-            done[i] = True
-
-        # Demotions grouped by source tier, least valuable first.
-        outgoing: dict[int, deque[int]] = {}
-        for t in mem:
-            leaving = moves[(src_all[moves] == t) & (target[moves] > t)]
-            # least valuable first: objects not chosen anywhere have key 0
-            dens = self.densities(objs.take(leaving), t, tiers) if len(leaving) else np.zeros(0)
-            outgoing[t] = deque(int(i) for i in leaving[np.argsort(dens, kind="stable")])
-
-        def demote_one(t: int) -> bool:
-            """Apply the next pending demotion out of ``t``; False if none can go."""
-            nonlocal budget
-            queue = outgoing[t]
-            while queue:
-                i = queue.popleft()
-                if done[i]:
-                    continue
-                dst = int(target[i])
-                s = int(size[i])
-                if (dst in mem and used[dst] + s > limit[dst]) and (
-                    not demote_one(dst) or used[dst] + s > limit[dst]
-                ):
-                    dst = int(self._floor(objs.take([i]), tiers)[0][0])
-                if dst == SSD and not objs.persisted[i] and used.get(SSD, 0) + s > ssd_limit:
-                    if (objs.flags[i] & FLAG_DURABLE) != 0:
-                        continue
-                    dst = REMOTE if remote_ok[i] else DROP
-                if copies(i, dst):
-                    if s > budget:
-                        queue.appendleft(i)
-                        return False
-                    budget -= s
-                target[i] = dst
-                apply(i, dst)
-                return True
-            return False
-
-        # 1. forced: tiers above their high watermark come down to their plan budget
-        for t in reversed(mem):
-            if tiers[t].used_bytes > tiers[t].high_bytes:
-                while used[t] > limit[t]:
-                    saved = budget
-                    budget = max(budget, 1 << 62)  # forced moves are not budgeted
-                    ok = demote_one(t)
-                    budget = saved
-                    if not ok:
-                        break
-                    forced += 1
-        # 2. moves into memory tiers by benefit, each making its own room
-        incoming = moves[
-            np.isin(target[moves], mem)
-            & ((target[moves] < src_all[moves]) | ~np.isin(src_all[moves], mem))
-        ]
-        incoming = incoming[np.argsort(-(key[incoming] * size[incoming]), kind="stable")]
-        deferred = 0
-        for i in (int(x) for x in incoming):
-            if done[i]:
-                continue
-            dst = int(target[i])
-            s = int(size[i])
-            if s > budget:
-                deferred += 1
-                continue
-            while used[dst] + s > limit[dst]:
-                if not demote_one(dst):
-                    break
-            if used[dst] + s > limit[dst] or s > budget:
-                deferred += 1
-                continue
-            budget -= s
-            apply(i, dst)
-        # 3. residents no tier wants any more leave while the budget allows
-        for t in reversed(mem):
-            while outgoing[t]:
-                if not demote_one(t):
-                    break
-        deferred += int(sum(len(q) for q in outgoing.values()))
-        moved = np.array([o[0] for o in out], dtype=np.int64)
-        return Plan(
-            rows=objs.rows[moved].astype(np.int64),
-            src=np.array([o[1] for o in out], dtype=np.int64),
-            dst=np.array([o[2] for o in out], dtype=np.int64),
-            size=size[moved].astype(np.int64),
-            thresholds={},
-            planned_bytes={},
-            copy_bytes=copy_bytes,
-            forced=forced,
-            deferred=deferred,
-        )
+        return _MoveOrder(self, objs, target, tiers, mem, remote_ok).run(moves, key)
 
     def ssd_victims(self, objs: Objects, nbytes: int, tier: int = SSD) -> I64:
         """CACHE objects served from SSD (or ``tier``: REMOTE) to drop to free
@@ -654,6 +534,156 @@ class Planner:
         plan.dst = np.concatenate([plan.dst, dst])
         plan.size = np.concatenate([plan.size, sizes]).astype(np.int64)
         plan.forced += len(rows)
+
+
+class _MoveOrder:
+    """Orders a target placement's moves so that applying them in sequence keeps
+    every tier within its budget. A class rather than nested closures: the
+    recursive ``demote_one`` as a closure would form a reference cycle holding
+    the whole snapshot until a full GC pass (hundreds of MiB at 1M objects)."""
+
+    def __init__(
+        self,
+        planner: Planner,
+        objs: Objects,
+        target: npt.NDArray[np.int64],
+        tiers: Mapping[int, TierState],
+        mem: list[int],
+        remote_ok: Bool,
+    ) -> None:
+        self.planner = planner
+        #: CACHE objects that go REMOTE rather than being dropped
+        self.remote_ok = remote_ok
+        self.objs = objs
+        self.target = target
+        self.tiers = tiers
+        self.mem = mem
+        self.src_all = objs.tier.astype(np.int64)
+        self.used = {t: s.used_bytes for t, s in tiers.items()}
+        self.limit = {t: s.plan_bytes for t, s in tiers.items()}
+        ssd = tiers.get(SSD)
+        self.ssd_limit = ssd.high_bytes if ssd is not None else 0
+        self.budget = planner.config.max_move_bytes
+        self.out: list[tuple[int, int, int]] = []
+        self.done = np.zeros(len(objs), dtype=bool)
+        self.copy_bytes = 0
+        self.outgoing: dict[int, deque[int]] = {}
+
+    def copies(self, i: int, dst: int) -> bool:
+        if dst == REMOTE:  # a published object has its remote copy already
+            return not self.objs.flags[i] & FLAG_REMOTE
+        return dst != DROP and not (dst == SSD and bool(self.objs.persisted[i]))
+
+    def apply(self, i: int, dst: int) -> None:
+        used = self.used
+        s = int(self.objs.size[i])
+        src = int(self.src_all[i])
+        if src in self.mem:
+            used[src] -= s
+        if dst in used and dst != SSD:
+            used[dst] += s
+        if dst == SSD and not self.objs.persisted[i]:
+            used[SSD] = used.get(SSD, 0) + s
+        if self.copies(i, dst):
+            self.copy_bytes += s
+        self.out.append((i, src, dst))
+        self.done[i] = True
+
+    def demote_one(self, t: int) -> bool:
+        """Apply the next pending demotion out of ``t``; False if none can go."""
+        objs, used, limit, mem = self.objs, self.used, self.limit, self.mem
+        queue = self.outgoing[t]
+        while queue:
+            i = queue.popleft()
+            if self.done[i]:
+                continue
+            dst = int(self.target[i])
+            s = int(objs.size[i])
+            if (dst in mem and used[dst] + s > limit[dst]) and (
+                not self.demote_one(dst) or used[dst] + s > limit[dst]
+            ):
+                dst = int(self.planner._floor(objs.take([i]), self.tiers)[0][0])
+            if dst == SSD and not objs.persisted[i] and used.get(SSD, 0) + s > self.ssd_limit:
+                if (objs.flags[i] & FLAG_DURABLE) != 0:
+                    continue
+                dst = REMOTE if self.remote_ok[i] else DROP
+            if self.copies(i, dst):
+                if s > self.budget:
+                    queue.appendleft(i)
+                    return False
+                self.budget -= s
+            self.target[i] = dst
+            self.apply(i, dst)
+            return True
+        return False
+
+    def run(self, moves: I64, key: F64) -> Plan:
+        objs, tiers, mem, target = self.objs, self.tiers, self.mem, self.target
+        size, src_all, used, limit = objs.size, self.src_all, self.used, self.limit
+        # Demotions grouped by source tier, least valuable first.
+        for t in mem:
+            leaving = moves[(src_all[moves] == t) & (target[moves] > t)]
+            # least valuable first: objects not chosen anywhere have key 0
+            dens = (
+                self.planner.densities(objs.take(leaving), t, tiers)
+                if len(leaving)
+                else np.zeros(0)
+            )
+            self.outgoing[t] = deque(int(i) for i in leaving[np.argsort(dens, kind="stable")])
+        # 1. forced: tiers above their high watermark come down to their plan budget
+        forced = 0
+        for t in reversed(mem):
+            if tiers[t].used_bytes > tiers[t].high_bytes:
+                while used[t] > limit[t]:
+                    saved = self.budget
+                    self.budget = max(saved, 1 << 62)  # forced moves are not budgeted
+                    ok = self.demote_one(t)
+                    self.budget = saved
+                    if not ok:
+                        break
+                    forced += 1
+        # 2. moves into memory tiers by benefit, each making its own room
+        incoming = moves[
+            np.isin(target[moves], mem)
+            & ((target[moves] < src_all[moves]) | ~np.isin(src_all[moves], mem))
+        ]
+        incoming = incoming[np.argsort(-(key[incoming] * size[incoming]), kind="stable")]
+        deferred = 0
+        for i in (int(x) for x in incoming):
+            if self.done[i]:
+                continue
+            dst = int(target[i])
+            s = int(size[i])
+            if s > self.budget:
+                deferred += 1
+                continue
+            while used[dst] + s > limit[dst]:
+                if not self.demote_one(dst):
+                    break
+            if used[dst] + s > limit[dst] or s > self.budget:
+                deferred += 1
+                continue
+            self.budget -= s
+            self.apply(i, dst)
+        # 3. residents no tier wants any more leave while the budget allows
+        for t in reversed(mem):
+            while self.outgoing[t]:
+                if not self.demote_one(t):
+                    break
+        deferred += int(sum(len(q) for q in self.outgoing.values()))
+        out = self.out
+        moved = np.array([o[0] for o in out], dtype=np.int64)
+        return Plan(
+            rows=objs.rows[moved].astype(np.int64),
+            src=np.array([o[1] for o in out], dtype=np.int64),
+            dst=np.array([o[2] for o in out], dtype=np.int64),
+            size=size[moved].astype(np.int64),
+            thresholds={},
+            planned_bytes={},
+            copy_bytes=self.copy_bytes,
+            forced=forced,
+            deferred=deferred,
+        )
 
 
 def _sorted(a: I64) -> bool:

@@ -483,6 +483,10 @@ class QuotaConfig(_Section):
 class PlacementConfig(_Section):
     plan_interval_s: float = Field(default=1.0, gt=0)
     """Seconds between rebalancing plans (woken early by put pressure and prefetches)."""
+    plan_cpu_fraction: float = Field(default=0.05, gt=0, le=1)
+    """Most of one core rebalancing may use: when a plan takes ``p`` seconds (a plan
+    reads the whole catalog: ~0.25 s at a million objects on one core), the next
+    periodic plan waits at least ``p / plan_cpu_fraction`` seconds."""
     migrate_bandwidth_bytes_per_s: ByteSize = ByteSize(512 * MiB)
     """Bytes per second the background migrator may copy between tiers."""
     rate_half_life_s: float = Field(default=20.0, gt=0)

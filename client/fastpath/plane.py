@@ -29,6 +29,7 @@ hashes every committed arena extent itself.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -65,6 +66,11 @@ COPY_CHUNK_BYTES = 16 << 20
 BULK_COOLDOWN_S = 30.0
 
 Buffer = Any  # bytes-like or numpy array
+#: ``target(position in the batch, metadata)``: where a value read lands (a
+#: writable flat byte view at least ``size_bytes`` long), None = a new buffer.
+_Target = Callable[[int, ObjectInfo], "memoryview | None"]
+#: ``allocate(metadata, index of the object in the request)`` for ``get_many``.
+Allocate = Callable[[ObjectInfo, int], memoryview]
 
 
 @dataclass(frozen=True, slots=True)
@@ -504,27 +510,40 @@ class DataPlane:
         refs: Sequence[ObjectRef],
         *,
         out: Sequence[Buffer] | None = None,
+        allocate: Allocate | None = None,
         path: str | None = None,
         timeout_s: float | None = None,
     ) -> list[Fetched]:
         """Read whole objects by the fastest path, one negotiation per batch.
 
         ``out``: one writable buffer per object, at least as large as the value
-        (its first ``size_bytes`` are filled; ``Fetched.data`` views them);
-        without it each value gets a new buffer. Raises NotFoundError naming the
+        (its first ``size_bytes`` are filled; ``Fetched.data`` views them); or
+        ``allocate(info, index)`` returns that buffer once the value's metadata
+        is known (called at most once per object, even when a path falls back);
+        otherwise each value gets a new buffer. Raises NotFoundError naming the
         first missing object."""
         if out is not None and len(out) != len(refs):
             raise ValueError(f"{len(refs)} objects but {len(out)} output buffers")
         outs = [_wire.as_view(o) for o in out] if out is not None else None
+        allocated: dict[int, memoryview] = {}
+
+        def target_in(idx: list[int]) -> _Target:
+            def target(pos: int, info: ObjectInfo) -> memoryview | None:
+                i = idx[pos]
+                if outs is not None:
+                    return outs[i]
+                if allocate is None:
+                    return None
+                if i not in allocated:
+                    allocated[i] = allocate(info, i)
+                return allocated[i]
+
+            return target
+
         results: list[Fetched] = []
         for _start, fetched in self._batched(
             list(range(len(refs))),
-            lambda idx: self._get_fast(
-                [refs[i] for i in idx],
-                [outs[i] for i in idx] if outs is not None else None,
-                path,
-                timeout_s,
-            ),
+            lambda idx: self._get_fast([refs[i] for i in idx], target_in(idx), path, timeout_s),
         ):
             results.extend(fetched)
         return results
@@ -532,7 +551,7 @@ class DataPlane:
     def _get_fast(
         self,
         refs: list[ObjectRef],
-        outs: list[memoryview] | None,
+        target: _Target,
         path: str | None,
         timeout_s: float | None,
     ) -> list[Fetched]:
@@ -541,11 +560,11 @@ class DataPlane:
             path,
             candidates,
             {
-                "shm": lambda: self._get_shm(offer, refs, outs, timeout_s),
-                "bulk": lambda: self._get_bulk(offer, refs, outs, timeout_s),
+                "shm": lambda: self._get_shm(offer, refs, target, timeout_s),
+                "bulk": lambda: self._get_bulk(offer, refs, target, timeout_s),
             },
             lambda: [
-                self._get_grpc(ref, outs[i] if outs is not None else None, timeout_s)
+                self._get_grpc(ref, functools.partial(target, i), timeout_s)
                 for i, ref in enumerate(refs)
             ],
         )
@@ -557,7 +576,7 @@ class DataPlane:
         self,
         offer: _Offer,
         refs: list[ObjectRef],
-        outs: list[memoryview] | None,
+        target: _Target,
         timeout_s: float | None,
     ) -> list[Fetched]:
         arena = offer.arena
@@ -585,7 +604,7 @@ class DataPlane:
                     if lease.inline
                     else arena.region(lease.offset, lease.length).data
                 )
-                data = _copy_out(src, outs[i] if outs is not None else None)
+                data = _copy_out(src, target(i, info))
                 results.append(Fetched(info, data, "grpc" if lease.inline else "shm"))
             late = time.monotonic() > started + reply.ttl_ms / 1000.0
         finally:
@@ -600,7 +619,7 @@ class DataPlane:
         self,
         offer: _Offer,
         refs: list[ObjectRef],
-        outs: list[memoryview] | None,
+        target: _Target,
         timeout_s: float | None,
     ) -> list[Fetched]:
         request = dataplane_pb2.BeginGetRequest(
@@ -615,18 +634,16 @@ class DataPlane:
         for i, obj in enumerate(ticket.objects):
             info = _wire.info(obj.meta)
             size = int(obj.size_bytes)
-            target = outs[i] if outs is not None else None
+            into = target(i, info)
             if obj.inline:
-                results.append(
-                    Fetched(info, _copy_out(memoryview(obj.inline_data), target), "grpc")
-                )
+                results.append(Fetched(info, _copy_out(memoryview(obj.inline_data), into), "grpc"))
                 continue
-            if target is not None:
-                if len(target) < size:
+            if into is not None:
+                if len(into) < size:
                     raise ValueError(
-                        f"output buffer {i} holds {len(target)} bytes; {info.key} has {size}"
+                        f"output buffer {i} holds {len(into)} bytes; {info.key} has {size}"
                     )
-                view = target[:size]
+                view = into[:size]
             else:
                 view = np.empty(size, dtype=np.uint8).data
             streamed.append(view)
@@ -649,12 +666,18 @@ class DataPlane:
             self._count(r.path, gets=1, nbytes=len(r.data))
         return results
 
-    def _get_grpc(self, ref: ObjectRef, out: memoryview | None, timeout_s: float | None) -> Fetched:
+    def _get_grpc(
+        self,
+        ref: ObjectRef,
+        target: Callable[[ObjectInfo], memoryview | None],
+        timeout_s: float | None,
+    ) -> Fetched:
         request = object_pb2.GetRequest(key=self._keys([ref])[0])
 
         def call(timeout: float) -> Fetched:
             stream = self._objects.Get(request, timeout=timeout, metadata=self._transport.metadata)
             info = _wire.info(next(stream).meta)
+            out = target(info)
             if out is None:
                 data = memoryview(b"".join([msg.chunk for msg in stream]))
             else:

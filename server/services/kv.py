@@ -1,15 +1,11 @@
 """The KV service: KV-cache chunks as objects of kind KV_BLOCK.
 
 A chunk is named like LMCache's ``CacheEngineKey`` (model, world size, worker
-id, dtype, chunk hash) plus a tenant salt. The object key is derived from them
-deterministically::
-
-    {model}@{world_size}@{worker_id}@{dtype}@{salt_tag}@{chunk_hash_hex}
-
-``salt_tag`` is "-" without a salt, else 16 hex digits of a BLAKE2b digest of it,
-so tenants with different salts never share a block and the salt itself is not
-stored. Keys of one model share the prefix ``{model}@``: delete-by-model is a
-prefix scan, and a chain lookup is string concatenation plus index probes.
+id, dtype, chunk hash) plus a tenant salt; its object key is derived from them
+deterministically (``tiermem/kv_keys.py``, shared with the client, which moves
+block bytes over the shared-memory and bulk paths by key). Keys of one model
+share the prefix ``{model}@``: delete-by-model is a prefix scan, and a chain
+lookup is string concatenation plus index probes.
 
 Puts are batched and all-or-nothing for everything the client controls: every
 block header is checked before any byte is read, every block is staged
@@ -21,8 +17,6 @@ service, so placement, moves, leases and sessions work for them unchanged.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import re
 from binascii import hexlify
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
+from tiermem import kv_keys
 from tiermem.server.codecs import lossy
 from tiermem.server.config import KvConfig, RemoteTierConfig
 from tiermem.server.errors import InvalidArgument, NotFound, TiermemError, Unavailable
@@ -60,9 +55,7 @@ _FIRST_REMOTE_WINDOW = 8
 #: Marks a block that is held locally (not pulled from the remote tier).
 _LOCAL: Any = object()
 
-MAX_MODEL_BYTES = 256
 MAX_HASH_BYTES = 64
-_DTYPE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
 #: Keys are removed in batches of this many under one lock hold.
 _DELETE_PAGE = 512
 
@@ -80,30 +73,15 @@ class KvScope:
 
     def checked(self) -> KvScope:
         validate_namespace(self.namespace)
-        if not self.model or len(self.model.encode()) > MAX_MODEL_BYTES:
-            raise InvalidArgument(f"scope.model must be 1..{MAX_MODEL_BYTES} bytes")
-        if "@" in self.model or "\x00" in self.model:
-            raise InvalidArgument(f"scope.model {self.model[:64]!r} must not contain '@' or NUL")
-        if self.world_size < 1:
-            raise InvalidArgument("scope.world_size must be at least 1")
-        if self.worker_id >= self.world_size:
-            raise InvalidArgument(
-                f"scope.worker_id {self.worker_id} is not below world_size {self.world_size}"
-            )
-        if not _DTYPE_RE.match(self.dtype):
-            raise InvalidArgument(
-                f"scope.dtype {self.dtype[:40]!r} must be a dtype name like 'bfloat16'"
-            )
+        problem = kv_keys.scope_problem(self.model, self.world_size, self.worker_id, self.dtype)
+        if problem is not None:
+            raise InvalidArgument(problem)
         return self
 
-    @property
-    def salt_tag(self) -> str:
-        if not self.salt:
-            return "-"
-        return hashlib.blake2b(self.salt.encode(), digest_size=8).hexdigest()
-
     def key_prefix(self) -> str:
-        return f"{self.model}@{self.world_size}@{self.worker_id}@{self.dtype}@{self.salt_tag}@"
+        return kv_keys.key_prefix(
+            self.model, self.world_size, self.worker_id, self.dtype, self.salt
+        )
 
     def object_key(self, chunk_hash: bytes) -> ObjectKey:
         return ObjectKey(self.namespace, Kind.KV_BLOCK, self.key_prefix() + chunk_hash.hex())

@@ -20,6 +20,7 @@ import logging
 import threading
 
 from tiermem.placement.model import DROP
+from tiermem.server.heap import return_free_heap
 from tiermem.server.model import Tier
 from tiermem.server.services.placement import PlacementService
 
@@ -51,11 +52,17 @@ class Migrator:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.placement.wake.wait(self.config.plan_interval_s)
+            self.placement.wake.wait(self.pause_s())
             self.placement.wake.clear()
             if self._stop.is_set():
                 return
             self.run_once()
+
+    def pause_s(self) -> float:
+        """Seconds until the next periodic plan: the configured interval, longer
+        when planning is slow so it stays within ``plan_cpu_fraction``."""
+        cfg = self.config
+        return max(cfg.plan_interval_s, self.placement.last_plan_seconds / cfg.plan_cpu_fraction)
 
     def _pace(self, nbytes: int) -> None:
         """Wait so that copies average at most the configured bandwidth."""
@@ -100,6 +107,7 @@ class Migrator:
         mover = placement.mover
         metrics = self.store.metrics
         plan = placement.plan()
+        return_free_heap()  # the plan's catalog-sized temporaries are gone now
         done = 0
         unknown_drops: set[int] = set()
         for row, src, dst, size in zip(

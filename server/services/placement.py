@@ -116,6 +116,8 @@ class PlacementService:
         self.access = self.catalog.access
         #: set when the migrator should run now (put pressure, prefetch, queued promotions)
         self.wake = threading.Event()
+        #: Wall time of the last rebalancing plan (paces the migrator).
+        self.last_plan_seconds = 0.0
         self.deadlines: OrderedDict[int, float] = OrderedDict()
         self.promotions: OrderedDict[bytes, Promotion] = OrderedDict()
         self.catalog.on_access = self._on_access
@@ -446,7 +448,8 @@ class PlacementService:
         plan = self.planner.plan(objs, states)
         m = self.store.metrics
         m.placement_plans.inc()
-        m.planner_seconds.observe(time.perf_counter() - started)
+        self.last_plan_seconds = time.perf_counter() - started
+        m.planner_seconds.observe(self.last_plan_seconds)
         return plan
 
     def key_of(self, row: int) -> bytes | None:

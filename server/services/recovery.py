@@ -14,8 +14,6 @@ dict insert, so a million objects load in seconds.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import time
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ from tiermem.server.catalog.index import (
     HINT_SHIFT,
     SEG_INLINE,
 )
+from tiermem.server.heap import return_free_heap
 from tiermem.server.model import ObjectKey, Tier
 from tiermem.server.services.damage import DamageLog
 from tiermem.server.storage.rocks import ScanGap
@@ -104,7 +103,7 @@ def recover(catalog: Catalog, ssd: SsdEngine, damage: DamageLog | None = None) -
         report.purged_volatile = len(purge)
     if not report.catalog_gaps:
         report.dropped_segments = len(ssd.segments.drop_unreferenced())
-    _return_free_memory()
+    return_free_heap()
     report.seconds = time.perf_counter() - started
     log.info(
         "recovered %d objects in %.2fs (purged %d volatile records, dropped %d segments, "
@@ -200,12 +199,6 @@ def _load(
     c["loc"][rows] = -1
     c["atime"][rows] = time.time()
     report.objects += len(raws)
-
-
-def _return_free_memory() -> None:
-    """Hand the heap freed by recovery's temporaries back to the OS (glibc only)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _aligned_entry_bytes(key_len: Int64s, size: Int64s) -> Int64s:

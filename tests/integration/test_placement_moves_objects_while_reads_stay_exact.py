@@ -205,3 +205,13 @@ def test_stats_and_the_cost_command_report_cost_per_tier_kind_namespace_and_sess
 def test_scaled_trace_parameters_stay_small() -> None:
     trace = generate(dataclasses.replace(SCALED))
     assert len(trace) < 3000 and int(trace.size.sum()) < 200 * MiB
+
+
+def test_slow_plans_space_out_so_planning_stays_within_its_cpu_share(make_daemon) -> None:  # type: ignore[no-untyped-def]
+    daemon: Daemon = make_daemon(placement={"plan_interval_s": 1.0, "plan_cpu_fraction": 0.1})
+    daemon.placement.plan()  # a plan of the (small) catalog: far below the interval
+    migrator = daemon._migrator
+    assert migrator is not None
+    assert migrator.pause_s() == 1.0
+    daemon.placement.last_plan_seconds = 0.5  # as a plan over a huge catalog would take
+    assert migrator.pause_s() == pytest.approx(5.0)

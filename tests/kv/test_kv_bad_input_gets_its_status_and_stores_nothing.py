@@ -154,6 +154,6 @@ def test_damaged_download_is_detected_by_the_client(client: Client, daemon: Daem
     daemon.kv.get_blocks = damaged  # type: ignore[method-assign]
     try:
         with pytest.raises(ChecksumError):
-            client.kv.get_blocks(SCOPE, [3])
+            client.kv.get_blocks(SCOPE, [3], path="grpc")  # the KvService stream
     finally:
         daemon.kv.get_blocks = stored  # type: ignore[method-assign]

@@ -19,13 +19,9 @@ import time
 from pathlib import Path
 from typing import Any, Self
 
+from bench.common import free_port, wait_port
+
 MiB = 1 << 20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def free_cluster_port() -> int:
@@ -44,16 +40,6 @@ def free_cluster_port() -> int:
             continue
         return port
     raise RuntimeError("found no free pair of ports for a Redis Cluster node")
-
-
-def wait_port(port: int, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on 127.0.0.1:{port}")
 
 
 def _stop_pid(pid: int, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
