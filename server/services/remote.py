@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 
 #: Most keys waiting for a remote delete; more are left to the store's own eviction.
 MAX_PENDING_DELETES = 100_000
+#: Tries of a publish whose upload failed (store slow or down) before it is given up.
+PUBLISH_ATTEMPTS = 3
+#: Pause of the writer after a failed upload before it tries again (seconds).
+PUBLISH_RETRY_PAUSE_S = 0.25
 
 
 @dataclass(slots=True)
@@ -64,6 +68,7 @@ class _Op:
     delete: bool
     key: bytes
     size: int
+    attempt: int = 0
 
 
 class RemoteService:
@@ -175,11 +180,12 @@ class RemoteService:
                     return
                 batch = self._next_batch()
                 self._busy = True
+            retry: list[_Op] = []
             try:
                 if batch[0].delete:
                     self._delete([op.key for op in batch])
                 else:
-                    self._publish([op.key for op in batch])
+                    retry = self._publish(batch)
             except Exception:
                 log.exception("remote writer batch failed")
             finally:
@@ -188,21 +194,29 @@ class RemoteService:
                         self._deletes -= len(batch)
                     else:
                         self._queued_bytes -= sum(op.size for op in batch)
+                        # a failed upload goes to the back of the queue (bounded tries)
+                        for op in retry:
+                            self._ops.append(op)
+                            self._queued_bytes += op.size
                         self.store.metrics.remote_publish_queue_bytes.set(self._queued_bytes)
+                    if retry and not self._stop:
+                        self._cond.wait(PUBLISH_RETRY_PAUSE_S)
 
     def _delete(self, keys: list[bytes]) -> None:
         # a failure is counted and logged by the engine; the store evicts orphans itself
         with contextlib.suppress(Unavailable):
             self.remote.delete(keys)
 
-    def _publish(self, keys: list[bytes]) -> None:
+    def _publish(self, ops: list[_Op]) -> list[_Op]:
+        """Upload a batch; returns the ops to try again (the upload failed, tries left)."""
         store, catalog = self.store, self.catalog
         m = store.metrics
         # (key, entry, meta, packed value): packed under a short read lease, which
         # is given back before the upload so the copy never pins memory for long
         items: list[tuple[bytes, Entry, ObjectMeta, bytes]] = []
         skipped = 0
-        for key in keys:
+        by_key = {op.key: op for op in ops}
+        for key in by_key:
             with store.lock:
                 entry = catalog.find(key)
                 if entry is None or entry.remote_copy or entry.tier == Tier.REMOTE:
@@ -220,10 +234,15 @@ class RemoteService:
             finally:
                 if value is not None:
                     value.release()
+        retry: list[_Op] = []
         try:
             stored = self.remote.put([(meta, packed) for _, _, meta, packed in items])
-        except Unavailable:
+        except Unavailable:  # counted and logged by the engine
             stored = [False] * len(items)
+            for key, _, _, _ in items:
+                op = by_key[key]
+                if op.attempt + 1 < PUBLISH_ATTEMPTS:
+                    retry.append(_Op(False, key, op.size, op.attempt + 1))
         with store.lock:
             for (key, entry, _, _), ok in zip(items, stored, strict=True):
                 now = catalog.find(key) if ok else None
@@ -232,10 +251,11 @@ class RemoteService:
         done = sum(stored)
         if done:
             m.remote_published.labels("stored").inc(done)
-        if len(items) - done:
-            m.remote_published.labels("failed").inc(len(items) - done)
+        if len(items) - done - len(retry):
+            m.remote_published.labels("failed").inc(len(items) - done - len(retry))
         if skipped:
             m.remote_published.labels("skipped").inc(skipped)
+        return retry
 
     # -- lookups ----------------------------------------------------------------------
     def extend_prefix(
