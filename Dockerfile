@@ -25,9 +25,10 @@ COPY placement/ placement/
 RUN TORCH_INDEX_URL="${TORCH_INDEX_URL}" .ci/install-python /opt/tiermem "${EXTRA}"
 
 # -- runtime: slim base, the venv, a non-root user, a data volume ---------------
+# (libibverbs: Mooncake's CPU wheel, built in with EXTRA=server,remote, loads it)
 FROM ${PYTHON_IMAGE}
 RUN apt-get update \
- && apt-get install -y --no-install-recommends libgomp1 \
+ && apt-get install -y --no-install-recommends libgomp1 libibverbs1 ibverbs-providers \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 tiermem \
  && useradd --system --uid 10001 --gid tiermem --home-dir /var/lib/tiermem --shell /usr/sbin/nologin tiermem \

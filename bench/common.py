@@ -141,11 +141,15 @@ def redis_server() -> Iterator[int]:
 
 
 @contextmanager
-def tiermem_daemon(data_dir: Path, *extra_env: tuple[str, str]) -> Iterator[str]:
+def tiermem_daemon(
+    data_dir: Path, *extra_env: tuple[str, str], config: Path | None = None
+) -> Iterator[str]:
     """`tiermem serve` in a subprocess (as an operator runs it); yields its address."""
     env = {**os.environ, **dict(extra_env)}
     cmd = [sys.executable, "-m", "tiermem.cli.main", "serve", "--data-dir", str(data_dir),
            "--listen", "127.0.0.1:0", "--metrics-listen", ""]  # fmt: skip
+    if config is not None:
+        cmd += ["--config", str(config)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
     try:
         assert proc.stdout is not None

@@ -28,7 +28,12 @@ import numpy as np
 from tiermem import kv_keys
 from tiermem.client import _wire
 from tiermem.client._transport import Transport
-from tiermem.client.errors import ChecksumError, InvalidArgumentError, NotFoundError
+from tiermem.client.errors import (
+    ChecksumError,
+    InvalidArgumentError,
+    NotFoundError,
+    UnavailableError,
+)
 from tiermem.client.fastpath.plane import DataPlane, ObjectRef, PutItem
 from tiermem.client.types import Kind, ObjectInfo, Profile, Tier
 from tiermem.v1 import common_pb2, kv_pb2, kv_pb2_grpc
@@ -448,8 +453,9 @@ class KvClient:
         timeout_s: float | None,
     ) -> list[FetchedBlock] | None:
         """A batch through the data plane, or None when the KvService stream must
-        serve it: some block is missing (the stream reports each as not found)
-        or was stored with a lossy codec (the daemon decodes those)."""
+        serve it: some block is missing (the stream reports each as not found),
+        was stored with a lossy codec (the daemon decodes those) or is held only
+        by a remote tier that is unavailable (the stream reports it missing)."""
         namespace = scope.namespace or self.namespace
         refs = [ObjectRef(Kind.KV_BLOCK, k, namespace) for k in self._block_keys(scope, hashes)]
         lossy: list[int] = []
@@ -475,7 +481,9 @@ class KvClient:
 
         try:
             fetched = plane.get_many(refs, allocate=into, path=path, timeout_s=timeout_s)
-        except NotFoundError:
+        except (NotFoundError, UnavailableError):
+            # UNAVAILABLE: a block whose only copy is in a remote tier that is down;
+            # the stream answers it as missing (or fails the same if the daemon is)
             return None
         if lossy:
             return None

@@ -33,6 +33,9 @@ FLAG_SEEN = 8
 #: The object's access hint (0..3) lives in bits 4-5 of ``flags``.
 HINT_SHIFT = 4
 HINT_MASK = 3 << HINT_SHIFT
+#: A copy of the object's current version is in the remote store (demoting it
+#: there copies nothing; it may still have been evicted by the store itself).
+FLAG_REMOTE = 64
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,10 @@ each move's copy cost. It is solved as a greedy knapsack, fastest tier first:
 
 1. every object's *floor* is where it goes when no memory tier takes it: SSD
    for DURABLE objects (they always have an SSD copy) and for CACHE objects
-   whose SSD copy pays back its write; DROP (not stored: a later access
-   recomputes or refetches) for CACHE objects where it does not;
+   whose SSD copy pays back its write; with a remote tier, REMOTE for the
+   other CACHE objects of the kinds it takes whose remote read costs less than
+   their miss (``PlannerConfig.remote_policy``); DROP (not stored: a later
+   access recomputes or refetches) for the rest;
 2. HBM, then DRAM, is filled by *benefit density*: accesses/s times the access
    time saved against the next tier down, per byte. An object already in the
    tier competes with that density; a challenger must first pay its move
@@ -47,8 +49,10 @@ from tiermem.placement.model import (
     DROP,
     FLAG_DURABLE,
     FLAG_PINNED,
+    FLAG_REMOTE,
     HBM,
     MEMORY_TIERS,
+    REMOTE,
     SSD,
     TierState,
 )
@@ -72,6 +76,12 @@ class PlannerConfig:
     """Bytes a plan may copy (promotions plus demotions that write an SSD copy)."""
     quotas: Mapping[tuple[int, int], int] = field(default_factory=dict)
     """(namespace id, tier) -> most bytes that namespace may hold on that tier."""
+    remote_policy: str = "instead_of_drop"
+    """Which CACHE objects without an SSD place go to the REMOTE tier (when one is
+    enabled and the kind may live there): "instead_of_drop" — every one whose remote
+    read costs less than its miss (the copy also serves other daemons sharing the
+    store); "pays_back" — only those whose own expected reads repay the upload
+    within the horizon (objects with a remote copy already always qualify)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,20 +204,44 @@ class Planner:
         """(floor tier, access cost there) per object."""
         cost = self.cost
         ssd_ok = SSD in tiers and tiers[SSD].enabled
-        c_ssd = cost.access_cost(objs.size, objs.kind, SSD) if ssd_ok else None
         c_drop = cost.access_cost(objs.size, objs.kind, DROP)
         durable = (objs.flags & FLAG_DURABLE) != 0
-        if c_ssd is None:
-            return np.where(durable, SSD, DROP).astype(np.float64), np.where(
-                durable, np.inf, c_drop
-            )
-        write = cost.write_cost(objs.size, SSD)
-        pays = objs.rate * (c_drop - c_ssd) * self.config.horizon_s > write
-        to_ssd = durable | objs.persisted | pays
-        return np.where(to_ssd, SSD, DROP).astype(np.float64), np.where(to_ssd, c_ssd, c_drop)
+        if ssd_ok:
+            c_ssd = cost.access_cost(objs.size, objs.kind, SSD)
+            write = cost.write_cost(objs.size, SSD)
+            pays = objs.rate * (c_drop - c_ssd) * self.config.horizon_s > write
+            to_ssd = durable | objs.persisted | pays
+            floor = np.where(to_ssd, SSD, DROP).astype(np.float64)
+            floor_cost = np.where(to_ssd, c_ssd, c_drop)
+        else:
+            to_ssd = durable
+            floor = np.where(durable, SSD, DROP).astype(np.float64)
+            floor_cost = np.where(durable, np.inf, c_drop)
+        remote = self.remote_eligible(objs, tiers) & ~to_ssd
+        if remote.any():
+            c_remote = cost.access_cost(objs.size, objs.kind, REMOTE)
+            floor = np.where(remote, REMOTE, floor)
+            floor_cost = np.where(remote, c_remote, floor_cost)
+        return floor, floor_cost
+
+    def remote_eligible(self, objs: Objects, tiers: Mapping[int, TierState]) -> Bool:
+        """Objects the REMOTE tier should keep rather than drop (see
+        ``PlannerConfig.remote_policy``); all False without an enabled remote tier."""
+        if REMOTE not in tiers or not tiers[REMOTE].enabled:
+            return np.zeros(len(objs), dtype=bool)
+        cost = self.cost
+        c_drop = cost.access_cost(objs.size, objs.kind, DROP)
+        c_remote = cost.access_cost(objs.size, objs.kind, REMOTE)
+        ok = (objs.flags & FLAG_DURABLE) == 0
+        ok &= cost.allowed(objs.kind, REMOTE) & (c_remote < c_drop)
+        if self.config.remote_policy == "pays_back":
+            has_copy = (objs.flags & FLAG_REMOTE) != 0
+            gain = objs.rate * (c_drop - c_remote) * self.config.horizon_s
+            ok &= has_copy | (gain > cost.write_cost(objs.size, REMOTE))
+        return np.asarray(ok, dtype=bool)
 
     def floor_tiers(self, objs: Objects, tiers: Mapping[int, TierState]) -> I64:
-        """Where each object goes when no memory tier keeps it: SSD or DROP."""
+        """Where each object goes when no memory tier keeps it: SSD, REMOTE or DROP."""
         return self._floor(objs, tiers)[0].astype(np.int64)
 
     def _next_cost(self, objs: Objects, tier: int, mem: list[int], floor_cost: F64) -> F64:
@@ -259,6 +293,14 @@ class Planner:
             write = float(cost.write_cost(size, SSD))
             if rate * (c_drop - floor_cost) * self.config.horizon_s <= write:
                 floor_cost = min(floor_cost, c_drop)
+        if (
+            not durable
+            and REMOTE in tiers
+            and tiers[REMOTE].enabled
+            and cost.allowed_one(kind, REMOTE)
+            and self.config.remote_policy == "instead_of_drop"
+        ):
+            floor_cost = min(floor_cost, cost.access_cost_one(size, kind, REMOTE))
         for t in mem:
             state = tiers[t]
             if not cost.allowed_one(kind, t) or size > state.capacity_bytes:
@@ -358,7 +400,6 @@ class Planner:
         n = len(objs)
         mem = self._memory_tiers(tiers)
         pinned = (objs.flags & FLAG_PINNED) != 0
-        durable = (objs.flags & FLAG_DURABLE) != 0
         floor, floor_cost = self._floor(objs, tiers)
         target = objs.tier.astype(np.int64).copy()
         assigned = pinned.copy()
@@ -398,11 +439,14 @@ class Planner:
         # drop them when SSD itself needs room, below)
         moves = np.flatnonzero(target != objs.tier)
         self.thresholds = thresholds
-        plan = self._order(objs, moves, target, key, tiers, mem)
+        remote_ok = self.remote_eligible(objs, tiers)
+        plan = self._order(objs, moves, target, key, tiers, mem, remote_ok)
         plan.thresholds = thresholds
         plan.planned_bytes = planned
         if SSD in tiers and tiers[SSD].enabled:
-            self._drop_ssd_cache(objs, tiers[SSD], durable, pinned, plan)
+            self._drop_cache(objs, tiers[SSD], plan, remote_ok)
+        if REMOTE in tiers:
+            self._drop_cache(objs, tiers[REMOTE], plan, np.zeros(len(objs), dtype=bool))
         return plan
 
     def _select(self, idx: I64, key: F64, objs: Objects, tier: int, budget: int) -> I64:
@@ -443,33 +487,35 @@ class Planner:
         key: F64,
         tiers: Mapping[int, TierState],
         mem: list[int],
+        remote_ok: Bool,
     ) -> Plan:
-        return _MoveOrder(self, objs, target, tiers, mem).run(moves, key)
+        return _MoveOrder(self, objs, target, tiers, mem, remote_ok).run(moves, key)
 
-    def ssd_victims(self, objs: Objects, nbytes: int) -> I64:
-        """CACHE objects served from SSD to drop to free ``nbytes`` there, least
-        valuable first (never DURABLE or pinned ones). Returns caller rows."""
-        sel = (objs.tier == SSD) & ((objs.flags & (FLAG_DURABLE | FLAG_PINNED)) == 0)
-        sel &= objs.persisted
+    def ssd_victims(self, objs: Objects, nbytes: int, tier: int = SSD) -> I64:
+        """CACHE objects served from SSD (or ``tier``: REMOTE) to drop to free
+        ``nbytes`` there, least valuable first (never DURABLE or pinned ones).
+        Returns caller rows."""
+        sel = (objs.tier == tier) & ((objs.flags & (FLAG_DURABLE | FLAG_PINNED)) == 0)
+        if tier == SSD:
+            sel &= objs.persisted
         idx = np.flatnonzero(sel)
         if len(idx) == 0 or nbytes <= 0:
             return np.empty(0, dtype=np.int64)
         sub = objs.take(idx)
-        c_ssd = self.cost.access_cost(sub.size, sub.kind, SSD)
+        c_here = self.cost.access_cost(sub.size, sub.kind, tier)
         c_drop = self.cost.access_cost(sub.size, sub.kind, DROP)
-        dens = sub.rate * (c_drop - c_ssd) / np.maximum(sub.size, 1)
+        dens = sub.rate * (c_drop - c_here) / np.maximum(sub.size, 1)
         return np.asarray(sub.rows[_lowest_until(dens, sub.size, nbytes)], dtype=np.int64)
 
-    def _drop_ssd_cache(
-        self, objs: Objects, ssd: TierState, durable: Bool, pinned: Bool, plan: Plan
-    ) -> None:
-        """SSD above its high watermark: drop the least valuable CACHE objects it
-        serves until it is back at its low watermark (appended to the plan)."""
-        if ssd.used_bytes <= ssd.high_bytes:
+    def _drop_cache(self, objs: Objects, state: TierState, plan: Plan, remote_ok: Bool) -> None:
+        """SSD (or REMOTE) above its high watermark: the least valuable CACHE objects
+        it serves leave until it is back at its low watermark (appended to the plan):
+        to REMOTE where ``remote_ok`` (SSD only), else dropped."""
+        if state.used_bytes <= state.high_bytes:
             return
         keep = ~np.isin(objs.rows, plan.rows)
         sub = objs.take(np.flatnonzero(keep))
-        rows = self.ssd_victims(sub, ssd.used_bytes - ssd.low_bytes)
+        rows = self.ssd_victims(sub, state.used_bytes - state.low_bytes, state.tier)
         if len(rows) == 0:
             return
         sizes = (
@@ -479,9 +525,13 @@ class Planner:
                 [int(objs.size[np.flatnonzero(objs.rows == r)[0]]) for r in rows], dtype=np.int64
             )
         )
+        dst = np.full(len(rows), DROP, np.int64)
+        if remote_ok.any():
+            eligible = set(objs.rows[remote_ok].tolist())
+            dst[[r in eligible for r in rows.tolist()]] = REMOTE
         plan.rows = np.concatenate([plan.rows, rows]).astype(np.int64)
-        plan.src = np.concatenate([plan.src, np.full(len(rows), SSD, np.int64)])
-        plan.dst = np.concatenate([plan.dst, np.full(len(rows), DROP, np.int64)])
+        plan.src = np.concatenate([plan.src, np.full(len(rows), state.tier, np.int64)])
+        plan.dst = np.concatenate([plan.dst, dst])
         plan.size = np.concatenate([plan.size, sizes]).astype(np.int64)
         plan.forced += len(rows)
 
@@ -499,8 +549,11 @@ class _MoveOrder:
         target: npt.NDArray[np.int64],
         tiers: Mapping[int, TierState],
         mem: list[int],
+        remote_ok: Bool,
     ) -> None:
         self.planner = planner
+        #: CACHE objects that go REMOTE rather than being dropped
+        self.remote_ok = remote_ok
         self.objs = objs
         self.target = target
         self.tiers = tiers
@@ -517,6 +570,8 @@ class _MoveOrder:
         self.outgoing: dict[int, deque[int]] = {}
 
     def copies(self, i: int, dst: int) -> bool:
+        if dst == REMOTE:  # a published object has its remote copy already
+            return not self.objs.flags[i] & FLAG_REMOTE
         return dst != DROP and not (dst == SSD and bool(self.objs.persisted[i]))
 
     def apply(self, i: int, dst: int) -> None:
@@ -551,7 +606,7 @@ class _MoveOrder:
             if dst == SSD and not objs.persisted[i] and used.get(SSD, 0) + s > self.ssd_limit:
                 if (objs.flags[i] & FLAG_DURABLE) != 0:
                     continue
-                dst = DROP
+                dst = REMOTE if self.remote_ok[i] else DROP
             if self.copies(i, dst):
                 if s > self.budget:
                     queue.appendleft(i)

@@ -60,6 +60,7 @@ from tiermem.server.services.objects import ObjectService
 from tiermem.server.services.periodic import Periodic
 from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.recovery import RecoveryReport, recover
+from tiermem.server.services.remote import RemoteService
 from tiermem.server.services.store import Store
 from tiermem.server.services.vectors import VectorService
 from tiermem.server.sessions.guard import SessionGuard
@@ -68,6 +69,7 @@ from tiermem.server.storage.rocks import RocksStore
 from tiermem.server.tiers.base import MemoryTierEngine
 from tiermem.server.tiers.dram import DramEngine
 from tiermem.server.tiers.hbm import HbmEngine
+from tiermem.server.tiers.remote import RemoteTier, make_backend
 from tiermem.server.tiers.ssd import SsdEngine
 from tiermem.v1 import (
     admin_pb2,
@@ -134,6 +136,8 @@ class Daemon:
         self._reaper: Periodic | None = None
         self._vectors_started = False
         self._blobs_started = False
+        #: the remote tier's service when ``tiers.remote.enabled``
+        self.remote: RemoteService | None = None
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> None:
@@ -176,12 +180,25 @@ class Daemon:
         catalog = Catalog(
             self._rocks, AccessModel(half_life_s=pcfg.rate_half_life_s), pcfg.recent_keys
         )
-        self.store = Store(cfg, catalog, memory, ssd, self.metrics)
+        remote_tier = None
+        if cfg.tiers.remote.enabled:
+            # connects on first use: the daemon serves its local tiers while the store is down
+            remote_tier = RemoteTier(
+                cfg.tiers.remote,
+                lambda: make_backend(cfg.tiers.remote),
+                self.metrics,
+                lambda: catalog.remote_bytes,
+            )
+            self._engines.append(remote_tier)
+        self.store = Store(cfg, catalog, memory, ssd, self.metrics, remote_tier)
         self.mover = Mover(self.store)
         self.placement = PlacementService(self.store, self.mover, pcfg)
         self.objects = ObjectService(self.store, self.mover, self.placement)
         self.admin = AdminService(self.store, self.placement)
         self.kv = KvService(self.store, self.objects, self.mover, cfg.kv, self.placement)
+        if remote_tier is not None:
+            self.remote = RemoteService(self.store, self.objects, self.placement, cfg.tiers.remote)
+            self.kv.remote = self.remote
         self.expirer = Expirer(self.store)
         store = self.store
         self.metrics.leases_active.set_function(lambda: store.leases.active)
@@ -232,6 +249,8 @@ class Daemon:
         self._background.start()
         self._migrator = Migrator(self.placement)
         self._migrator.start()
+        if self.remote is not None:
+            self.remote.start()
         self._ready.set()
         self.metrics.ready.set(1)
         for name in ("", *SERVICE_NAMES):
@@ -385,12 +404,14 @@ class Daemon:
 
     def maintain(self, *, compact: bool = True) -> None:
         """Run one pass of background work now: queued promotions and a placement
-        plan (moves applied), TTL expiry and (optionally) segment compaction.
-        Safe while serving."""
+        plan (moves applied), TTL expiry, (optionally) segment compaction, and wait
+        for queued remote publishes and deletes. Safe while serving."""
         if self._background is None or self._migrator is None:
             raise RuntimeError("the daemon is not started")
         self._migrator.run_once()
         self._background.run_once(compact=compact)
+        if self.remote is not None:
+            self.remote.flush()
 
     @property
     def ready(self) -> bool:
@@ -410,6 +431,8 @@ class Daemon:
             self._server.stop(grace).wait()
         if self._migrator is not None:
             self._migrator.stop()
+        if self.remote is not None:
+            self.remote.stop()
         if self.dataplane is not None:
             self.dataplane.stop()
         if self._background is not None:

@@ -114,10 +114,94 @@ class SsdConfig(TierConfig):
     """fsync segment data and sync the RocksDB WAL before acknowledging DURABLE writes."""
 
 
+# -- remote tier (issue 10): Redis Cluster or Mooncake Store, shared by daemons ---------
+RemoteKind = Literal["KV_BLOCK", "VECTOR", "BLOB", "SCRATCH"]
+
+
+class RedisClusterConfig(_Section):
+    nodes: list[str] = ["127.0.0.1:7000"]
+    """Startup nodes HOST:PORT of the Redis Cluster (any reachable one finds the rest)."""
+    password: str = ""
+    """AUTH password of the cluster ("" = none)."""
+    ttl_s: int = Field(default=0, ge=0)
+    """Expiry set on every value written (seconds; 0 = none: configure the cluster with
+    maxmemory and an allkeys-lru policy so it evicts by itself)."""
+    max_connections: int = Field(default=32, ge=1, le=4096)
+    """Connections per cluster node."""
+
+
+class MooncakeConfig(_Section):
+    master: str = "127.0.0.1:50051"
+    """RPC address HOST:PORT of mooncake_master."""
+    metadata_server: str = "http://127.0.0.1:8080/metadata"
+    """Transfer-engine metadata service (the master's HTTP metadata server)."""
+    local_hostname: str = "127.0.0.1"
+    """Address this daemon's transfer engine listens on and advertises (also exported as
+    MC_TCP_BIND_ADDRESS unless that is already set)."""
+    protocol: Literal["tcp", "rdma"] = "tcp"
+    """Transfer protocol."""
+    rdma_devices: str = ""
+    """RDMA devices, comma-separated (protocol rdma)."""
+    global_segment_bytes: ByteSize = ByteSize(0)
+    """Memory this daemon contributes to the store (bytes). 0: storage nodes
+    (`mooncake_client`) hold the data, so it survives this daemon."""
+    local_buffer_bytes: ByteSize = ByteSize(256 * MiB)
+    """Client transfer buffer (bytes); bounds the largest value and batch moved at once."""
+
+
+class RemoteTierConfig(TierConfig):
+    enabled: bool = False
+    """Use a remote tier (off by default)."""
+    capacity_bytes: ByteSize = ByteSize(64 * GiB)
+    """Bytes of this daemon's objects served from the remote tier (planning and cost; the
+    remote store itself evicts when its own memory fills)."""
+    high_watermark: float = Field(default=0.95, gt=0, le=1)
+    """Fraction of capacity above which the least valuable remote entries are forgotten."""
+    low_watermark: float = Field(default=0.90, gt=0, le=1)
+    """Fraction of capacity forgetting remote entries brings usage down to."""
+    backend: Literal["redis_cluster", "mooncake"] = "redis_cluster"
+    """Which store holds the remote tier."""
+    deployment: str = Field(default="tiermem", pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    """Name prefix of every value in the remote store: daemons with the same deployment
+    (and namespace, key and KV salt) share values; other deployments never collide."""
+    kinds: list[RemoteKind] = ["KV_BLOCK"]
+    """Kinds of CACHE objects demoted to the remote tier instead of being dropped."""
+    share: bool = True
+    """Publish objects of ``kinds`` to the remote store as soon as they are written
+    (write-behind), so other daemons of the deployment find them."""
+    op_timeout_s: float = Field(default=2.0, gt=0, le=60)
+    """Deadline of one remote operation (one batch) including retries (seconds)."""
+    retries: int = Field(default=1, ge=0, le=5)
+    """Retries of a failed idempotent operation (get, exists, delete) within its deadline."""
+    breaker_failures: int = Field(default=3, ge=1)
+    """Consecutive failed operations that open the circuit breaker (remote calls then
+    fail at once, without I/O)."""
+    breaker_open_s: float = Field(default=5.0, gt=0)
+    """Seconds the breaker stays open before one probe is let through."""
+    max_inflight: int = Field(default=8, ge=1, le=256)
+    """Remote operations in flight at once; more fail at once (UNAVAILABLE)."""
+    batch_max_objects: int = Field(default=128, ge=1, le=65_536)
+    """Most objects in one remote batch (put, get, exists, delete)."""
+    batch_max_bytes: ByteSize = ByteSize(64 * MiB)
+    """Most value bytes in one remote get or put batch (bytes)."""
+    max_value_bytes: ByteSize = ByteSize(256 * MiB)
+    """Largest object placed on the remote tier (bytes; Redis allows at most 512 MiB per
+    value, Mooncake at most mooncake.local_buffer_bytes); larger ones are dropped instead."""
+    publish_queue_bytes: ByteSize = ByteSize(256 * MiB)
+    """Bytes of objects waiting to be published; beyond it publishes are skipped."""
+    demote: Literal["instead_of_drop", "pays_back"] = "instead_of_drop"
+    """When a CACHE object leaving the local tiers goes remote: whenever a remote read costs
+    less than its miss ("instead_of_drop"), or only when this daemon's own expected reads
+    pay back the upload within placement.horizon_s ("pays_back")."""
+    redis: RedisClusterConfig = RedisClusterConfig()
+    mooncake: MooncakeConfig = MooncakeConfig()
+
+
 class TiersConfig(_Section):
     hbm: HbmConfig = HbmConfig()
     dram: DramConfig = DramConfig()
     ssd: SsdConfig = SsdConfig()
+    remote: RemoteTierConfig = RemoteTierConfig()
 
 
 class NamespaceLimits(_Section):

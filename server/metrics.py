@@ -56,7 +56,7 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
     "to_tier": frozenset(TIERS),
     "kind": frozenset(KINDS),
     "code": frozenset(c.name for c in grpc.StatusCode),
-    "path": frozenset({"shm", "bulk", "grpc"}),
+    "path": frozenset({"shm", "bulk", "grpc", "remote"}),
     "direction": frozenset({"in", "out"}),
     "where": frozenset({"upload", "ssd", "remote", "catalog"}),
     # guard limits and auth failures
@@ -96,7 +96,10 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
     # data plane
     "mode": frozenset({"read", "write"}),
     "how": frozenset({"released", "committed", "aborted", "expired"}),
-    "op": frozenset({"put", "get", "-", "lookup", "delete", "create", "drop", "upsert", "search"}),
+    "op": frozenset(
+        {"put", "get", "-", "lookup", "delete", "create", "drop", "upsert", "search"}
+        | {"exists", "ping"}  # remote tier
+    ),
     # vector index types
     "index": frozenset({"FLAT", "HNSW", "IVF_PQ", "AUTO"}),
     "result": frozenset(
@@ -112,6 +115,7 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
             "done",
             "skipped",
             "deduplicated",
+            "timeout",
         }
     ),
     # placement
@@ -251,6 +255,7 @@ class Metrics:
         self.data_bytes = Counter(
             "tiermem_data_bytes",
             "Object bytes moved per data path (shm: shared memory, bulk: TCP channel, "
+            "remote: found in the remote tier and stored here, "
             "grpc: streamed messages) and direction (in: written by clients, out: read).",
             ["path", "direction"], registry=r,
         )  # fmt: skip
@@ -528,6 +533,62 @@ class Metrics:
             "tiermem_blob_index_pending",
             "Blob changes not yet written to the LanceDB search tables.", registry=r,
         )  # fmt: skip
+        # -- remote tier (issue 10: server/tiers/remote, services/remote.py) ---------
+        self.remote_ops = Counter(
+            "tiermem_remote_operations",
+            "Remote-store operations (one per batch) by op (put, get, exists, delete, ping) "
+            "and result (ok, missing: not in the store, failed, timeout, refused: breaker "
+            "open or too many in flight).",
+            ["op", "result"], registry=r,
+        )  # fmt: skip
+        self.remote_seconds = Histogram(
+            "tiermem_remote_operation_duration_seconds",
+            "Time of one remote-store operation (a batch), by op.",
+            ["op"], buckets=LATENCY_BUCKETS_S, registry=r,
+        )  # fmt: skip
+        self.remote_objects = Counter(
+            "tiermem_remote_objects",
+            "Objects in remote operations by op and result (ok, missing, failed).",
+            ["op", "result"], registry=r,
+        )  # fmt: skip
+        self.remote_bytes = Counter(
+            "tiermem_remote_bytes",
+            "Value bytes sent to the remote store (out) and received from it (in).",
+            ["direction"], registry=r,
+        )  # fmt: skip
+        self.remote_available = Gauge(
+            "tiermem_remote_available",
+            "1 while the remote tier is usable; 0 while its circuit breaker is open.",
+            registry=r,
+        )  # fmt: skip
+        self.remote_breaker_trips = Counter(
+            "tiermem_remote_breaker_trips",
+            "Times the remote tier's circuit breaker opened after consecutive failures.",
+            registry=r,
+        )  # fmt: skip
+        self.remote_published = Counter(
+            "tiermem_remote_published_objects",
+            "Objects published to the remote store after a put, by result (stored, failed, "
+            "skipped: queue full, object gone or too large).",
+            ["result"], registry=r,
+        )  # fmt: skip
+        self.remote_publish_queue_bytes = Gauge(
+            "tiermem_remote_publish_queue_bytes", "Bytes of objects waiting to be published.",
+            registry=r,
+        )  # fmt: skip
+        self.remote_stale_entries = Counter(
+            "tiermem_remote_stale_entries",
+            "Catalog entries removed because the remote store no longer had their value "
+            "(evicted or lost by the store itself).",
+            registry=r,
+        )  # fmt: skip
+        self.remote_adopted = Counter(
+            "tiermem_remote_adopted_objects",
+            "Objects another daemon wrote that this daemon found in the remote store and "
+            "added to its catalog.",
+            registry=r,
+        )  # fmt: skip
+
         # -- reliability and security: damage, limits, auth -------------------------
         self.damaged_objects = Gauge(
             "tiermem_damaged_objects",

@@ -28,6 +28,7 @@ from tiermem.server.catalog.index import (
     FLAG_DURABLE,
     FLAG_LIVE,
     FLAG_PINNED,
+    FLAG_REMOTE,
     FLAG_SEEN,
     HINT_MASK,
     HINT_SHIFT,
@@ -71,6 +72,12 @@ class Entry:
     @property
     def persisted(self) -> bool:
         return self.seg != SEG_NONE
+
+    @property
+    def remote_copy(self) -> bool:
+        """A copy of this version was written to the remote store (it may since have
+        been evicted there)."""
+        return bool(self.flags & FLAG_REMOTE)
 
     def same_copy(self, other: Entry) -> bool:
         """True if ``other`` still describes the very copy this snapshot saw."""
@@ -123,6 +130,8 @@ class Catalog:
         self.learner = PriorLearner(self.access)
         self.sessions = SessionIds()
         self.on_access: AccessHook | None = None
+        #: bytes of the objects served from the remote tier (their only copy is there)
+        self.remote_bytes = 0
         self.namespaces: dict[str, int] = {}
         #: [namespace id] -> (objects, bytes) of live objects: quotas read it.
         self.ns_usage = np.zeros((1 << 16, 2), dtype=np.int64)
@@ -204,6 +213,10 @@ class Catalog:
         else:
             self.ns_usage[ns_id, 1] -= int(c["size"][row])
         self.ns_usage[ns_id, 1] += meta.size_bytes
+        c = self.index.cols  # the insert may have grown the columns
+        if int(c["tier"][row]) == Tier.REMOTE:  # replaced: its remote bytes leave with it
+            self.remote_bytes -= int(c["size"][row])
+            c["tier"][row] = 0
         now = time.time()
         old_flags = int(c["flags"][row])
         flags = old_flags & 1  # keep FLAG_LIVE
@@ -238,6 +251,10 @@ class Catalog:
     ) -> None:
         """Record where the row's serving copy and SSD copy are."""
         c = self.index.cols
+        if int(c["tier"][row]) == Tier.REMOTE:
+            self.remote_bytes -= int(c["size"][row])
+        if tier == Tier.REMOTE:
+            self.remote_bytes += int(c["size"][row])
         c["tier"][row] = int(tier)
         c["loc"][row] = loc
         c["seg"][row] = seg
@@ -262,6 +279,11 @@ class Catalog:
         recently read or written SSD row."""
         key = self.resident_keys.get(row)
         return key if key is not None else self.recent_keys.get(row)
+
+    def set_remote(self, row: int, present: bool) -> None:
+        """Mark whether the row's current version has a copy in the remote store."""
+        c = self.index.cols["flags"]
+        c[row] = (int(c[row]) | FLAG_REMOTE) if present else (int(c[row]) & ~FLAG_REMOTE)
 
     def set_pinned(self, row: int, pinned: bool) -> None:
         c = self.index.cols["flags"]
@@ -288,6 +310,8 @@ class Catalog:
     def remove_row(self, encoded_key: bytes) -> None:
         row = self.index.remove(encoded_key)
         c = self.index.cols
+        if int(c["tier"][row]) == Tier.REMOTE:
+            self.remote_bytes -= int(c["size"][row])
         ns_id = int(c["ns"][row])
         self.ns_usage[ns_id, 0] -= 1
         self.ns_usage[ns_id, 1] -= int(c["size"][row])

@@ -11,8 +11,9 @@ Column layout (one row per object)::
     check u64 | tier u8 | kind u8 | flags u8 | ns u16 | size i64 | loc i64 |
     seg i32 | seg_off i64 | checksum u64 | atime f64 | rate f32 | expires u64 | sess u32
 
-``flags`` holds FLAG_LIVE / FLAG_DURABLE / FLAG_PINNED / FLAG_SEEN and the
-access hint (bits 4-5); ``atime`` / ``rate`` are the access model's last access
+``flags`` holds FLAG_LIVE / FLAG_DURABLE / FLAG_PINNED / FLAG_SEEN, the
+access hint (bits 4-5) and FLAG_REMOTE (bit 6: a copy is in the remote store);
+``atime`` / ``rate`` are the access model's last access
 and decayed rate (``tiermem.placement.access``); ``sess`` an interned session id
 (``catalog.sessions``; 0 = none) for cost per session.
 
@@ -37,6 +38,7 @@ from tiermem.placement.model import (  # the flag bits are shared with the plann
     FLAG_DURABLE,
     FLAG_LIVE,
     FLAG_PINNED,
+    FLAG_REMOTE,
     FLAG_SEEN,
     HINT_MASK,
     HINT_SHIFT,
@@ -50,6 +52,7 @@ __all__ = [
     "FLAG_DURABLE",
     "FLAG_LIVE",
     "FLAG_PINNED",
+    "FLAG_REMOTE",
     "FLAG_SEEN",
     "HINT_MASK",
     "HINT_SHIFT",

@@ -20,7 +20,7 @@ import dataclasses
 from binascii import hexlify
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -28,8 +28,8 @@ import xxhash
 
 from tiermem import kv_keys
 from tiermem.server.codecs import lossy
-from tiermem.server.config import KvConfig
-from tiermem.server.errors import InvalidArgument, NotFound, TiermemError
+from tiermem.server.config import KvConfig, RemoteTierConfig
+from tiermem.server.errors import InvalidArgument, NotFound, TiermemError, Unavailable
 from tiermem.server.model import (
     Durability,
     Kind,
@@ -45,7 +45,15 @@ from tiermem.server.model import (
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.objects import ObjectService, PutSpec, StagedPut
 from tiermem.server.services.placement import PlacementService
+from tiermem.server.services.remote import RemoteService
 from tiermem.server.services.store import Store
+from tiermem.server.tiers.remote import RemoteValue
+
+#: Blocks fetched from the remote tier in the first window of a get (their size is
+#: not known before; later windows hold about tiers.remote.batch_max_bytes).
+_FIRST_REMOTE_WINDOW = 8
+#: Marks a block that is held locally (not pulled from the remote tier).
+_LOCAL: Any = object()
 
 MAX_HASH_BYTES = 64
 #: Keys are removed in batches of this many under one lock hold.
@@ -225,6 +233,8 @@ class KvService:
         self.mover = mover
         self.config = config
         self.placement = placement
+        #: the remote service when a remote tier shares KV blocks (set by the daemon)
+        self.remote: RemoteService | None = None
 
     # -- put ----------------------------------------------------------------------
     def validate_put(
@@ -377,29 +387,77 @@ class KvService:
         return self._reads(scope, chunk_hashes)
 
     def _reads(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> Iterator[BlockRead]:
-        metrics = self.store.metrics
-        for h in chunk_hashes:
+        remote = self.remote
+        if remote is None or not remote.shares_kv:
+            for h in chunk_hashes:
+                yield self._read_local(scope, h)
+            return
+        # Blocks not held here are fetched from the remote tier a window at a time
+        # (one batch each); the window is sized from the blocks seen so far so one
+        # window holds about tiers.remote.batch_max_bytes.
+        keys = scope.encoded_keys(chunk_hashes)
+        cfg = remote.config
+        window = min(cfg.batch_max_objects, _FIRST_REMOTE_WINDOW)
+        start = 0
+        while start < len(keys):
+            part = range(start, min(len(keys), start + window))
+            pulled = remote.pull([keys[i] for i in part])
             try:
-                reader = self.objects.read(scope.object_key(h))
-            except NotFound:
-                metrics.kv_blocks.labels("get", "missing").inc()
-                yield BlockRead(h)
-                continue
-            meta = reader.meta
-            metrics.kv_blocks.labels("get", "found").inc()
-            if meta.codec and meta.tensor is not None:
-                try:
-                    data = lossy.decode(reader.view, meta.tensor)
-                finally:
-                    reader.release()
-                yield BlockRead(
-                    h, meta.tensor, memoryview(data), xxhash.xxh3_64_intdigest(data), meta.codec,
-                    meta.tier,
-                )  # fmt: skip
-                continue
-            yield BlockRead(
-                h, meta.tensor, reader.view, meta.checksum, "", meta.tier, reader.release
-            )
+                for i in part:
+                    value = pulled.pop(keys[i], _LOCAL)
+                    if value is _LOCAL:
+                        read = self._read_local(scope, chunk_hashes[i])
+                    else:
+                        read = self._read_remote(chunk_hashes[i], value)
+                    if read.view is not None:
+                        window = max(1, min(cfg.batch_max_objects, _window(cfg, len(read.view))))
+                    yield read
+            finally:
+                for rest in pulled.values():
+                    if rest is not None:
+                        rest.release()
+            start = part.stop
+
+    def _read_local(self, scope: KvScope, h: bytes) -> BlockRead:
+        metrics = self.store.metrics
+        try:
+            reader = self.objects.read(scope.object_key(h))
+        except (NotFound, Unavailable):  # Unavailable: only copy in a remote store that is down
+            metrics.kv_blocks.labels("get", "missing").inc()
+            return BlockRead(h)
+        meta = reader.meta
+        metrics.kv_blocks.labels("get", "found").inc()
+        if meta.codec and meta.tensor is not None:
+            try:
+                data = lossy.decode(reader.view, meta.tensor)
+            finally:
+                reader.release()
+            return BlockRead(
+                h, meta.tensor, memoryview(data), xxhash.xxh3_64_intdigest(data), meta.codec,
+                meta.tier,
+            )  # fmt: skip
+        return BlockRead(h, meta.tensor, reader.view, meta.checksum, "", meta.tier, reader.release)
+
+    def _read_remote(self, h: bytes, value: RemoteValue | None) -> BlockRead:
+        """A block served from bytes just fetched from the remote tier (verified)."""
+        metrics = self.store.metrics
+        if value is None:
+            metrics.kv_blocks.labels("get", "missing").inc()
+            return BlockRead(h)
+        metrics.kv_blocks.labels("get", "found").inc()
+        meta = value.meta
+        if meta.codec and meta.tensor is not None:
+            try:
+                data = lossy.decode(value.payload, meta.tensor)
+            finally:
+                value.release()
+            return BlockRead(
+                h, meta.tensor, memoryview(data), xxhash.xxh3_64_intdigest(data), meta.codec,
+                Tier.REMOTE,
+            )  # fmt: skip
+        return BlockRead(
+            h, meta.tensor, value.payload, meta.checksum, "", Tier.REMOTE, value.release
+        )
 
     # -- lookup / prefetch ------------------------------------------------------------
     def _probe(
@@ -419,27 +477,44 @@ class KvService:
 
     def lookup_prefix(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefixHit:
         """How many leading chunks of the chain are stored, and their tiers.
-        Answered from the in-memory index alone (no RocksDB read)."""
-        _, rows, tiers = self._probe(
+        Answered from the in-memory index (no RocksDB read); with a shared remote
+        tier, chunks not held here (or served from it) are looked up there in
+        batches: found ones count, with tier REMOTE."""
+        keys, rows, tiers = self._probe(
             scope, chunk_hashes, self.config.max_chain_chunks, "LookupPrefix"
         )
         missing = np.flatnonzero(rows < 0)
         n = int(missing[0]) if len(missing) else len(rows)
+        remote = self.remote
+        if (
+            remote is not None
+            and remote.shares_kv
+            and (n < len(rows) or bool((tiers[:n] == int(Tier.REMOTE)).any()))
+        ):
+            n, found_tiers = remote.extend_prefix(keys, rows, tiers)
+        else:
+            found_tiers = tiers[:n].tobytes()
         self.store.metrics.kv_blocks.labels("lookup", "found").inc(n)
-        return PrefixHit(n, tiers[:n].tobytes())
+        return PrefixHit(n, found_tiers)
 
     def prefetch(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefetchReport:
-        """Keep the chunks in memory: refresh resident ones, promote the others."""
+        """Keep the chunks in memory: refresh resident ones, promote the others.
+        With a remote tier sharing KV, chunks not held here are fetched from it now
+        (adopted into a local tier: counted as promoted)."""
         keys, rows, tiers = self._probe(
             scope, chunk_hashes, self.config.max_batch_blocks, "Prefetch"
         )
         found = [bytes(keys[int(i)]) for i in np.flatnonzero(rows >= 0)]
         missing = int((rows < 0).sum())
+        fetched = 0
+        if missing and self.remote is not None and self.remote.shares_kv:
+            fetched = self.remote.fetch([bytes(keys[int(i)]) for i in np.flatnonzero(rows < 0)])
+            missing -= fetched
         if self.placement is not None:
             # The planner decides where each block goes (and refreshes the resident
             # ones' deadlines); promotions run on the migrator.
             result = self.placement.prefetch([ObjectKey.decode(k) for k in found], 0)
-            return PrefetchReport(result.queued, result.resident, missing)
+            return PrefetchReport(result.queued + fetched, result.resident, missing)
         memory = [int(t) for t in self.store.memory]
         resident = (rows >= 0) & np.isin(tiers, memory)
         with self.store.lock:
@@ -451,7 +526,7 @@ class KvService:
         promoted = sum(
             1 for i in np.flatnonzero((rows >= 0) & ~resident) if self.promote(bytes(keys[int(i)]))
         )
-        return PrefetchReport(promoted, int(resident.sum()), missing)
+        return PrefetchReport(promoted + fetched, int(resident.sum()), missing)
 
     def promote(self, encoded_key: bytes) -> bool:
         """Without a planner: bring one block into the fastest memory tier."""
@@ -508,3 +583,8 @@ class KvService:
                 durable = durable or entry.durable
                 deleted += 1
         return deleted, freed, durable
+
+
+def _window(config: RemoteTierConfig, block_bytes: int) -> int:
+    """Blocks per remote fetch so one fetch holds about ``batch_max_bytes``."""
+    return int(config.batch_max_bytes) // max(block_bytes, 1)

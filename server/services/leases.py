@@ -69,6 +69,11 @@ class Leases:
     def is_leased(self, tier: Tier, location: int) -> bool:
         return (tier, location) in self._refs
 
+    def leased_locations(self, tier: Tier) -> list[int]:
+        """Locations of ``tier`` leased now (few: one per reader or copy in flight)."""
+        with self._lock:
+            return [loc for t, loc in self._refs if t == tier]
+
     def free(self, tier: Tier, location: int, size: int) -> None:
         """Free now, or when the last lease on the location is released."""
         key = (tier, location)

@@ -127,10 +127,13 @@ class Migrator:
             if dst == DROP:
                 ok = mover.evict(key, Tier(src), recompute=True) > 0
             else:
-                copies = not (dst == int(Tier.SSD) and self._persisted(key))
+                copies = not (dst in (Tier.SSD, Tier.REMOTE) and self._copied(key, Tier(dst)))
                 ok = mover.move(key, Tier(dst))
                 if ok and copies:
                     self._pace(size)
+                if not ok and dst == Tier.REMOTE:
+                    # the remote store is down or refused it: drop the CACHE object
+                    ok = mover.evict(key, Tier(src), only_from=True) > 0
             metrics.placement_moves.labels(action, "done" if ok else "skipped").inc()
             done += int(ok)
         if unknown_drops:
@@ -139,7 +142,10 @@ class Migrator:
             done += len(unknown_drops)
         return done
 
-    def _persisted(self, key: bytes) -> bool:
+    def _copied(self, key: bytes, tier: Tier) -> bool:
+        """Whether demoting to ``tier`` copies nothing (an SSD / remote copy exists)."""
         with self.store.lock:
             entry = self.store.catalog.find(key)
-            return entry is not None and entry.persisted
+            if entry is None:
+                return False
+            return entry.persisted if tier == Tier.SSD else entry.remote_copy

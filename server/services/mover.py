@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable
 
 from tiermem.server.catalog.catalog import Entry
-from tiermem.server.errors import CapacityExceeded, Corrupted
+from tiermem.server.errors import CapacityExceeded, Corrupted, NotFound, Unavailable
 from tiermem.server.model import Tier
 from tiermem.server.services.store import Store, ValueRead
 from tiermem.server.tiers.ssd import SsdCopy
@@ -39,6 +39,8 @@ class Mover:
             entry = self.catalog.find(encoded)
             if entry is None or entry.tier == target or (entry.pinned and not force):
                 return False
+            if target == Tier.REMOTE and (entry.durable or store.remote is None):
+                return False  # a remote copy may be evicted at any time: never DURABLE
             value = store.lease_memory(entry) if entry.tier in store.memory else None
         try:
             return self._copy_and_switch(encoded, entry, value, target)
@@ -57,6 +59,18 @@ class Mover:
         self, encoded: bytes, entry: Entry, value: ValueRead | None, target: Tier
     ) -> bool:
         store = self.store
+        if value is None and entry.tier == Tier.REMOTE:
+            try:
+                value = store.read_remote(encoded, entry)
+            except (Corrupted, Unavailable):  # counted and logged by the remote tier
+                return False
+            if value is None:
+                store.forget_stale(encoded, entry)
+                return False
+            try:
+                return self._copy_and_switch(encoded, entry, value, target)
+            finally:
+                value.release()
         if value is not None:
             view = value.view
         else:
@@ -79,6 +93,8 @@ class Mover:
                 ssd_copy = store.ssd.write(encoded, view, entry.checksum, durable=False)
             except CapacityExceeded:
                 return False
+        elif target == Tier.REMOTE and not self._upload(encoded, entry, view):
+            return False
         store.faults.point("move.after_copy")
         with store.lock:
             now = self.catalog.find(encoded)
@@ -100,6 +116,8 @@ class Mover:
             self.catalog.place(
                 entry.row, encoded, tier=target, loc=new_loc, seg=seg, seg_off=seg_off
             )
+            if target == Tier.REMOTE:
+                self.catalog.set_remote(entry.row, True)
             store.faults.point("move.after_switch")
             if entry.tier in store.memory:
                 store.leases.free(entry.tier, entry.loc, entry.size)
@@ -108,15 +126,40 @@ class Mover:
         store.metrics.migrated_bytes.labels(entry.tier.name, target.name, kind).inc(entry.size)
         return True
 
-    def evict(self, encoded: bytes, tier: Tier, *, recompute: bool = False) -> int:
+    def _upload(self, encoded: bytes, entry: Entry, view: memoryview) -> bool:
+        """Make sure the remote store holds this version of the object. Nothing is
+        sent when a copy was written earlier (publish, adoption): the store may have
+        evicted it since, and a later read then finds a miss, as after any eviction
+        by the store. False when the store is down or refuses the value (the caller
+        drops or keeps the object)."""
+        remote = self.store.remote
+        if remote is None or not remote.fits(entry.size):
+            return False
+        if entry.remote_copy:
+            return True
+        try:
+            with self.store.lock:
+                meta = self.catalog.meta(encoded, entry)
+            return remote.put([(meta, remote.pack(meta, view))])[0]
+        except (Unavailable, NotFound):
+            return False
+
+    def evict(
+        self, encoded: bytes, tier: Tier, *, recompute: bool = False, only_from: bool = False
+    ) -> int:
         """Drop a CACHE object entirely. ``recompute``: the planner chose to drop it
         because recomputing it costs less than keeping it (counted apart from
-        evictions for lack of room). Returns bytes freed."""
+        evictions for lack of room). ``only_from``: only while it is still served
+        from ``tier`` (a fallback after a failed move: another thread may have
+        moved it meanwhile). Returns bytes freed."""
         with self.store.lock:
             entry = self.catalog.find(encoded)
             if entry is None or entry.durable or entry.pinned:
                 return 0
-            freed = self.store.remove_locked(encoded, entry)
+            if only_from and entry.tier != tier:
+                return 0
+            # an eviction: a remote copy stays for the other daemons of the deployment
+            freed = self.store.remove_locked(encoded, entry, keep_remote=True)
         metrics = self.store.metrics
         if recompute:
             metrics.drops_to_recompute.labels(tier.name, entry.kind.name).inc()

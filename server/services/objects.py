@@ -161,6 +161,9 @@ class ObjectService:
         self.catalog = store.catalog
         #: Put/access checks (see ObjectGuard); replaced by the session service.
         self.guard: ObjectGuard = OpenAccess()
+        #: Called after every committed put (outside the lock); the remote service
+        #: publishes shared kinds from it.
+        self.on_commit: Callable[[ObjectMeta], None] | None = None
 
     @property
     def pressure(self) -> threading.Event:
@@ -241,6 +244,7 @@ class ObjectService:
         path: str = "grpc",
         *,
         sync: bool = True,
+        publish: bool = True,
         admitted: bool = False,
     ) -> ObjectMeta:
         """Make a filled reservation visible exactly like a put: SSD copy when the
@@ -249,9 +253,10 @@ class ObjectService:
         batch) the WAL sync. ``checksum`` is the xxh3-64 of the buffer, already
         checked against the client's (``check_upload``). Consumes the reservation:
         on failure its space is returned and nothing stored changes. ``path``
-        labels the bytes metric (grpc, shm, bulk). ``admitted``: the caller holds
-        the guard's admission for this put (else it is admitted here, so quotas
-        hold on every path)."""
+        labels the bytes metric (grpc, shm, bulk, remote). ``publish``: tell
+        ``on_commit`` (False for values that came from the remote tier).
+        ``admitted``: the caller holds the guard's admission for this put (else it
+        is admitted here, so quotas hold on every path)."""
         if not admitted:
             try:
                 ticket = self.admit_put(spec)
@@ -260,7 +265,14 @@ class ObjectService:
                 raise
             with ticket:
                 return self.commit_filled(
-                    spec, profile, reservation, checksum, path, sync=sync, admitted=True
+                    spec,
+                    profile,
+                    reservation,
+                    checksum,
+                    path,
+                    sync=sync,
+                    publish=publish,
+                    admitted=True,
                 )
         durable = profile.durability == Durability.DURABLE
         encoded = spec.key.encode()
@@ -288,6 +300,8 @@ class ObjectService:
             self.sync()
         self.placement.after_put(encoded, profile)
         self.store.metrics.data_bytes.labels(path, "in").inc(spec.size_bytes)
+        if publish and self.on_commit is not None:
+            self.on_commit(meta)
         return meta
 
     def sync(self) -> None:

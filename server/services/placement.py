@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,7 +58,9 @@ MAX_QUEUED_PROMOTIONS = 10_000
 MAX_DEADLINES = 100_000
 
 
-def cost_model(config: PlacementConfig) -> CostModel:
+def cost_model(config: PlacementConfig, remote_kinds: Collection[Kind] = ()) -> CostModel:
+    """The planner's cost model from the config; only ``remote_kinds`` (those of an
+    enabled remote tier, ``tiers.remote.kinds``) may be placed on REMOTE."""
     c = config.costs
     tiers = {
         int(Tier.HBM): c.hbm,
@@ -70,7 +73,12 @@ def cost_model(config: PlacementConfig) -> CostModel:
             t: TierCost(v.latency_s, v.bandwidth_bytes_per_s, v.price_per_gib_hour)
             for t, v in tiers.items()
         },
-        kinds=dict(DEFAULT_KIND_COSTS),
+        kinds={
+            k: kc
+            if k in remote_kinds
+            else dataclasses.replace(kc, tiers=kc.tiers - {int(Tier.REMOTE)})
+            for k, kc in DEFAULT_KIND_COSTS.items()
+        },
     )
 
 
@@ -93,13 +101,16 @@ class PlacementService:
         self.mover = mover
         self.catalog = store.catalog
         self.config = config
-        self.cost = cost_model(config)
+        remote = store.config.tiers.remote
+        kinds = [Kind[name] for name in remote.kinds] if remote.enabled else []
+        self.cost = cost_model(config, kinds)
         self.planner = Planner(
             self.cost,
             PlannerConfig(
                 horizon_s=config.horizon_s,
                 hysteresis=config.hysteresis,
                 max_move_bytes=int(config.migrate_bandwidth_bytes_per_s * config.plan_interval_s),
+                remote_policy=remote.demote,
             ),
         )
         self.access = self.catalog.access
@@ -294,8 +305,13 @@ class PlacementService:
         store = self.store
         with store.lock:
             states = store.tier_states()
-            victims = self.planner.victims(self.snapshot(tier), int(tier), nbytes, states, below)
             c = self.catalog.index.cols
+            residents = self.snapshot(tier)
+            leased = store.leases.leased_locations(tier)
+            if leased:  # being read or copied: choose among the others
+                free = ~np.isin(c["loc"][residents.rows], leased)
+                residents = residents.take(np.flatnonzero(free))
+            victims = self.planner.victims(residents, int(tier), nbytes, states, below)
             chosen = []
             for row, dst, dens in zip(
                 victims.rows.tolist(), victims.dst.tolist(), victims.dst_density.tolist(),
@@ -331,9 +347,14 @@ class PlacementService:
             # cheaper); without one it is a plain eviction for lack of room
             ssd_enabled = self.store.tier_config(Tier.SSD)[0]
             return self.mover.evict(key, tier, recompute=ssd_enabled) > 0
+        if dst == int(Tier.REMOTE):
+            # the remote store down or refusing: a CACHE object is dropped instead
+            moved = self.mover.move(key, Tier.REMOTE)
+            return moved or self.mover.evict(key, tier, only_from=True) > 0
         if self.mover.move(key, Tier.SSD):
             return True
-        return self.mover.evict(key, tier) > 0  # CACHE object SSD cannot take: drop it
+        # a CACHE object SSD cannot take: drop it (unless another thread moved it)
+        return self.mover.evict(key, tier, only_from=True) > 0
 
     def free_ssd(self, nbytes: int) -> int:
         """Drop the least valuable CACHE objects served from SSD to free ``nbytes``."""

@@ -24,6 +24,7 @@ from tiermem.server.services.damage import DamageLog
 from tiermem.server.services.guard import Guard
 from tiermem.server.services.leases import Leases
 from tiermem.server.tiers.base import MemoryTierEngine, TierEngine
+from tiermem.server.tiers.remote import RemoteTier
 from tiermem.server.tiers.ssd import SsdEngine
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,19 @@ class ValueRead:
     release: Callable[[], None] = field(default=lambda: None)
 
 
+def _chain_release(value: ValueRead, then: Callable[[], None]) -> ValueRead:
+    """``value`` whose release also calls ``then``."""
+    first = value.release
+
+    def release() -> None:
+        try:
+            first()
+        finally:
+            then()
+
+    return ValueRead(value.view, release)
+
+
 class Store:
     def __init__(
         self,
@@ -45,12 +59,18 @@ class Store:
         memory: dict[Tier, MemoryTierEngine],
         ssd: SsdEngine,
         metrics: Metrics,
+        remote: RemoteTier | None = None,
     ) -> None:
         self.config = config
         self.catalog = catalog
         self.memory = memory
         self.ssd = ssd
         self.metrics = metrics
+        #: the remote tier's engine when ``tiers.remote.enabled``
+        self.remote = remote
+        #: called under the lock with the keys of removed objects that had a remote
+        #: copy (the remote service deletes those copies in the background)
+        self.on_remote_removed: Callable[[list[bytes]], None] | None = None
         self.lock = threading.RLock()
         self.leases = Leases(self._free_memory)
         #: Access control and limits: every service calls ``guard.admit(namespace, role)``.
@@ -70,12 +90,15 @@ class Store:
 
     def tier_config(self, tier: Tier) -> tuple[bool, float, float]:
         t = self.config.tiers
-        cfg = {Tier.HBM: t.hbm, Tier.DRAM: t.dram, Tier.SSD: t.ssd}[tier]
+        cfg = {Tier.HBM: t.hbm, Tier.DRAM: t.dram, Tier.SSD: t.ssd, Tier.REMOTE: t.remote}[tier]
         return cfg.enabled, cfg.high_watermark, cfg.low_watermark
 
     def engines(self) -> list[tuple[Tier, TierEngine]]:
         """Every enabled engine, fastest tier first."""
-        return [*self.memory.items(), (Tier.SSD, self.ssd)]
+        out: list[tuple[Tier, TierEngine]] = [*self.memory.items(), (Tier.SSD, self.ssd)]
+        if self.remote is not None:
+            out.append((Tier.REMOTE, self.remote))
+        return out
 
     def tier_names(self) -> list[str]:
         """Names of the enabled tiers, fastest first (the order reads look in)."""
@@ -85,20 +108,26 @@ class Store:
         out: dict[int, TierState] = {}
         for tier, engine in self.engines():
             enabled, high, low = self.tier_config(tier)
+            if tier == Tier.REMOTE and self.remote is not None:
+                enabled = enabled and self.remote.available()  # not while its breaker is open
             out[int(tier)] = TierState(
                 int(tier), enabled, engine.capacity_bytes, engine.used_bytes, high, low
             )
         return out
 
-    def remove_locked(self, encoded_key: bytes, entry: Entry) -> int:
+    def remove_locked(self, encoded_key: bytes, entry: Entry, *, keep_remote: bool = False) -> int:
         """Delete an object everywhere (call with the lock held); returns its size.
         The record deletion is written without sync: callers that promised
-        durability flush the WAL after releasing the lock."""
-        return self.remove_many_locked([(encoded_key, entry)])
+        durability flush the WAL after releasing the lock. ``keep_remote``: leave
+        its remote copy for other daemons (an eviction, not a delete)."""
+        return self.remove_many_locked([(encoded_key, entry)], keep_remote=keep_remote)
 
-    def remove_many_locked(self, victims: list[tuple[bytes, Entry]]) -> int:
+    def remove_many_locked(
+        self, victims: list[tuple[bytes, Entry]], *, keep_remote: bool = False
+    ) -> int:
         """Delete objects everywhere in ONE catalog write batch (call with the lock
-        held; e.g. everything a closing session owns); returns the bytes freed."""
+        held; e.g. everything a closing session owns); returns the bytes freed.
+        Their remote copies are deleted in the background unless ``keep_remote``."""
         batch = self.catalog.rocks.batch()
         for encoded_key, entry in victims:
             rec = self.catalog.record(encoded_key)
@@ -113,6 +142,10 @@ class Store:
             self.damage.discard(encoded_key)
             if entry.tier in self.memory:
                 self.leases.free(entry.tier, entry.loc, entry.size)
+        if not keep_remote and self.on_remote_removed is not None:
+            remote = [k for k, e in victims if e.remote_copy]
+            if remote:
+                self.on_remote_removed(remote)
         return sum(entry.size for _, entry in victims)
 
     def lease_memory(self, entry: Entry) -> ValueRead:
@@ -138,15 +171,53 @@ class Store:
             str(ObjectKey.decode(encoded_key)),
         )
 
+    def read_remote(self, encoded_key: bytes, entry: Entry) -> ValueRead | None:
+        """The remote copy's bytes, verified against the catalog's checksum; None
+        when the store no longer has this version (evicted, lost, replaced by
+        another daemon's). Call without the lock (network I/O). Raises
+        Unavailable (store down), Corrupted (bytes damaged)."""
+        if self.remote is None:
+            raise InvariantViolation(f"remote read without a remote tier: row {entry.row}")
+        got = self.remote.get([encoded_key])[0]
+        if got is None:
+            return None
+        if isinstance(got, Corrupted):
+            raise got
+        if got.meta.checksum != entry.checksum or got.meta.size_bytes != entry.size:
+            got.release()  # another version of the object: ours is gone
+            return None
+        try:
+            self.remote.verify(got, entry.checksum, entry.size)
+        except Corrupted:
+            got.release()
+            raise
+        return ValueRead(got.payload, got.release)
+
+    def forget_stale(self, encoded_key: bytes, entry: Entry) -> bool:
+        """Drop a catalog entry whose only copy the remote store no longer has (the
+        store evicted it: a miss, not an error). False if the entry changed."""
+        with self.lock:
+            now = self.catalog.find(encoded_key)
+            if now is None or not now.same_copy(entry):
+                return False
+            self.remove_locked(encoded_key, now, keep_remote=True)
+        self.metrics.remote_stale_entries.inc()
+        log.info(
+            "%s: the remote store no longer has it; entry removed", ObjectKey.decode(encoded_key)
+        )
+        return True
+
     def read(
         self, encoded_key: bytes, on_found: Callable[[Entry], None] | None = None
     ) -> tuple[Entry, ValueRead]:
         """Find and read an object's value from its serving tier.
 
         ``on_found`` runs under the lock with the entry that is read (e.g. to take
-        metadata or count the access). An SSD read that fails verification is
-        retried if the object moved or changed meanwhile (compaction, overwrite);
-        if it is still the same copy the error stands. Raises NotFound.
+        metadata or count the access). An SSD or remote read that fails
+        verification is retried if the object moved or changed meanwhile
+        (compaction, overwrite, promotion); if it is still the same copy the error
+        stands. An object whose remote copy the store evicted is removed and
+        reported missing. Raises NotFound, Corrupted, Unavailable (remote down).
         """
         for _ in range(4):
             with self.lock:
@@ -160,13 +231,25 @@ class Store:
             # The SSD read buffer counts against limits.max_inflight_bytes until released.
             ticket = self.guard.reserve_bytes(entry.size)
             try:
+                if entry.tier == Tier.REMOTE:
+                    value = self.read_remote(encoded_key, entry)
+                    if value is None:
+                        ticket.release()
+                        if self.forget_stale(encoded_key, entry):
+                            raise NotFound(
+                                f"object {ObjectKey.decode(encoded_key)} not found "
+                                "(the remote store evicted it)"
+                            )
+                        continue
+                    return entry, _chain_release(value, ticket.release)
                 return entry, ValueRead(self.read_ssd(encoded_key, entry), ticket.release)
             except Corrupted as exc:
                 ticket.release()
                 with self.lock:
                     now = self.catalog.find(encoded_key)
                     if now is not None and now.same_copy(entry):
-                        self.report_damage(encoded_key, entry, exc.message)
+                        if entry.tier != Tier.REMOTE:  # the remote tier counted it already
+                            self.report_damage(encoded_key, entry, exc.message)
                         raise
             except BaseException:
                 ticket.release()

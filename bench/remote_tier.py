@@ -1,0 +1,358 @@
+"""The remote tier with two daemons on one machine, on each backend (a
+three-node Redis Cluster, Mooncake Store over TCP), side by side in one run.
+
+    python -m bench.remote_tier [--rounds N] [--quick]
+
+Both stores are started here on 127.0.0.1 and stopped by PID (the helpers in
+``tests/remote/peers.py``). Two ``tiermem serve`` processes A and B share the
+store (same ``tiers.remote.deployment``), as two inference nodes would.
+
+* **Cross-daemon hit rate** on a shared-prefix workload: 16 prompts whose
+  chains share a 24-chunk system prompt and add 8 chunks of their own; A
+  writes every chain (``kv.put_blocks``, published write-behind), then B asks
+  ``LookupPrefix`` for every chain. Goal: every chunk written by A is found by
+  B (hit rate 1.0).
+* **Get throughput through tiermem vs the store's own client**: A writes
+  ``--blocks`` KV blocks of 1 MiB per round; B reads them in batches of 16.
+  The blocks are not in B: each comes from the remote store, is verified
+  against its checksum and adopted into B's DRAM. tiermem's fast path is
+  ``kv.prefetch`` (fetch + adopt) then ``dataplane.get_many`` (shared memory);
+  ``kv.get_blocks`` (what LMCache calls: for blocks B does not hold, its
+  data-plane attempt misses and the KvService stream fetches, adopts and
+  streams them) is measured too, on a second set. The store's own Python
+  client reads the very same values in the same batches (redis-py
+  ``RedisCluster`` pipelines of GET; Mooncake's ``batch_get_buffer``) into
+  bytes. Each round reads fresh sets (B keeps what
+  it adopted); tiermem and the direct client alternate which goes first.
+  Goal: tiermem's fast path at least 0.8x the direct client's, per backend.
+
+Results: ``bench/results/remote_tier.json``. The machine is shared and noisy:
+the ratios measured in this one run are what counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.common import goal, tiermem_daemon, write_result
+from tests.remote.peers import MooncakeStore, RedisCluster, mooncake_unavailable
+from tiermem.client import Client, KvBlock, KvScope
+from tiermem.client import Kind as ClientKind
+from tiermem.client.fastpath import ObjectRef
+from tiermem.server.model import Kind, ObjectKey
+from tiermem.server.tiers.remote import remote_name
+
+MiB = 1 << 20
+BLOCK_BYTES = 1 * MiB
+BATCH = 16
+PREFIX_CHUNKS, OWN_CHUNKS, PROMPTS = 24, 8, 16
+SCOPE = KvScope("bench-model", dtype="uint8")
+
+
+# -- daemons ------------------------------------------------------------------------------
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return str(value)
+
+
+def _config_text(remote: dict[str, Any]) -> str:
+    lines = ["[tiers.dram]", f"capacity_bytes = {1536 * MiB}", ""]
+    lines += ["[tiers.remote]"]
+    nested = {k: v for k, v in remote.items() if isinstance(v, dict)}
+    lines += [f"{k} = {_toml(v)}" for k, v in remote.items() if not isinstance(v, dict)]
+    for name, section in nested.items():
+        lines += ["", f"[tiers.remote.{name}]"]
+        lines += [f"{k} = {_toml(v)}" for k, v in section.items()]
+    return "\n".join(lines) + "\n"
+
+
+@contextmanager
+def daemon(directory: Path, remote: dict[str, Any]) -> Iterator[str]:
+    """``tiermem serve`` with the remote tier, in a subprocess; yields its address."""
+    directory.mkdir(parents=True)
+    config = directory / "tiermem.toml"
+    config.write_text(_config_text(remote))
+    with tiermem_daemon(
+        directory / "data", ("MC_TCP_BIND_ADDRESS", "127.0.0.1"), config=config
+    ) as address:
+        yield address
+
+
+# -- the stores' own clients ----------------------------------------------------------------
+class DirectClient:
+    """The store's own Python client reading names in batches into bytes."""
+
+    def get_batch(self, names: list[str]) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class DirectRedis(DirectClient):
+    def __init__(self, peer: RedisCluster) -> None:
+        import redis
+
+        self.client = redis.RedisCluster(host="127.0.0.1", port=peer.ports[0])
+
+    def get_batch(self, names: list[str]) -> int:
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.get(name)
+        values = pipe.execute()
+        if any(v is None for v in values):
+            raise RuntimeError("a value is missing from the Redis Cluster")
+        return sum(len(v) for v in values)
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class DirectMooncake(DirectClient):
+    def __init__(self, peer: MooncakeStore) -> None:
+        from mooncake.store import MooncakeDistributedStore
+
+        cfg = peer.config()["mooncake"]
+        self.store = MooncakeDistributedStore()
+        rc = self.store.setup(
+            "127.0.0.1", cfg["metadata_server"], 0, 256 * MiB, "tcp", "", cfg["master"]
+        )
+        if rc != 0:
+            raise RuntimeError(f"Mooncake client setup returned {rc}")
+
+    def get_batch(self, names: list[str]) -> int:
+        handles = self.store.batch_get_buffer(names)
+        if any(h is None for h in handles):
+            raise RuntimeError("a value is missing from Mooncake Store")
+        total = 0
+        for h in handles:
+            total += len(bytes(memoryview(h).cast("B")))  # into bytes, as redis-py gives
+        return total
+
+    def close(self) -> None:
+        self.store.close()
+
+
+# -- workloads ------------------------------------------------------------------------------
+def _blocks(hashes: list[int], rng: np.random.Generator) -> list[KvBlock]:
+    return [KvBlock(h, rng.integers(0, 256, BLOCK_BYTES, dtype=np.uint8)) for h in hashes]
+
+
+def _publish(client: Client, blocks: list[KvBlock], wait_for: Client) -> None:
+    """Put through A; wait until B sees the last chunk (write-behind publishing)."""
+    for i in range(0, len(blocks), BATCH):
+        client.kv.put_blocks(SCOPE, blocks[i : i + BATCH])
+    deadline = time.monotonic() + 60
+    hashes = [b.chunk_hash for b in blocks]
+    while wait_for.kv.lookup_prefix(SCOPE, hashes).stored_chunks < len(hashes):
+        if time.monotonic() > deadline:
+            raise RuntimeError("A's blocks did not reach the remote store within 60 s")
+        time.sleep(0.05)
+
+
+def shared_prefix_hit_rate(a: Client, b: Client, rng: np.random.Generator) -> dict[str, Any]:
+    base = int(rng.integers(1, 1 << 40))
+    prefix = [base + i for i in range(PREFIX_CHUNKS)]
+    chains = [
+        prefix + [base + 1_000 * (p + 1) + i for i in range(OWN_CHUNKS)] for p in range(PROMPTS)
+    ]
+    written = sorted({h for chain in chains for h in chain})
+    data = {blk.chunk_hash: blk for blk in _blocks(written, rng)}
+    for chain in chains:  # A serves the prompts one after the other
+        a.kv.put_blocks(SCOPE, [data[h] for h in chain])
+    found: set[int] = set()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = set()
+        for chain in chains:
+            hit = b.kv.lookup_prefix(SCOPE, chain)
+            found.update(chain[: hit.stored_chunks])
+        if len(found) == len(written):
+            break
+        time.sleep(0.1)
+    return {
+        "prompts": PROMPTS,
+        "shared_prefix_chunks": PREFIX_CHUNKS,
+        "own_chunks": OWN_CHUNKS,
+        "chunks_written_by_a": len(written),
+        "chunks_found_by_b": len(found),
+        "hit_rate": len(found) / len(written),
+    }
+
+
+def _names(deployment: str, hashes: list[int]) -> list[str]:
+    prefix = f"{SCOPE.model}@1@0@{SCOPE.dtype}@-@"
+    return [
+        remote_name(deployment, ObjectKey("default", Kind.KV_BLOCK, f"{prefix}{h:016x}"))
+        for h in hashes
+    ]
+
+
+def get_throughput(
+    a: Client,
+    b: Client,
+    direct: DirectClient,
+    deployment: str,
+    rounds: int,
+    blocks: int,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    tiermem_gbs: list[float] = []
+    get_blocks_gbs: list[float] = []
+    direct_gbs: list[float] = []
+    prefix = f"{SCOPE.model}@1@0@{SCOPE.dtype}@-@"
+
+    def via_tiermem(hashes: list[int]) -> None:
+        t0 = time.perf_counter()
+        nbytes = 0
+        for i in range(0, len(hashes), BATCH):
+            part = hashes[i : i + BATCH]
+            report = b.kv.prefetch(SCOPE, part)
+            if report.missing:
+                raise RuntimeError("B missed a block A wrote")
+            refs = [ObjectRef(ClientKind.KV_BLOCK, f"{prefix}{h:016x}") for h in part]
+            nbytes += sum(len(f.data) for f in b.dataplane.get_many(refs))
+        tiermem_gbs.append(nbytes / (time.perf_counter() - t0) / 1e9)
+
+    def via_get_blocks(hashes: list[int]) -> None:
+        t0 = time.perf_counter()
+        nbytes = 0
+        for i in range(0, len(hashes), BATCH):
+            got = b.kv.get_blocks(SCOPE, hashes[i : i + BATCH])
+            if not all(g.found for g in got):
+                raise RuntimeError("B missed a block A wrote")
+            nbytes += sum(len(g.data) for g in got if g.data is not None)
+        get_blocks_gbs.append(nbytes / (time.perf_counter() - t0) / 1e9)
+
+    def via_direct(names: list[str]) -> None:
+        t0 = time.perf_counter()
+        nbytes = sum(direct.get_batch(names[i : i + BATCH]) for i in range(0, len(names), BATCH))
+        direct_gbs.append(nbytes / (time.perf_counter() - t0) / 1e9)
+
+    for r in range(rounds):
+        base = int(rng.integers(1, 1 << 40))
+        hashes = [base + i for i in range(blocks)]
+        other = [base + blocks + i for i in range(blocks)]
+        _publish(a, _blocks(hashes + other, rng), wait_for=b)
+        names = _names(deployment, hashes)
+        steps: list[Callable[[], None]] = [
+            partial(via_tiermem, hashes),
+            partial(via_direct, names),
+        ]
+        for step in steps if r % 2 == 0 else steps[::-1]:
+            step()
+        via_get_blocks(other)
+        via_direct(_names(deployment, other))
+    t, d = statistics.median(tiermem_gbs), statistics.median(direct_gbs)
+    return {
+        "block_bytes": BLOCK_BYTES,
+        "batch_blocks": BATCH,
+        "blocks_per_round": blocks,
+        "rounds": rounds,
+        "tiermem_gb_per_s": t,
+        "direct_gb_per_s": d,
+        "tiermem_get_blocks_gb_per_s": statistics.median(get_blocks_gbs),
+        "tiermem_rounds_gb_per_s": tiermem_gbs,
+        "tiermem_get_blocks_rounds_gb_per_s": get_blocks_gbs,
+        "direct_rounds_gb_per_s": direct_gbs,
+        "ratio": t / d if d else 0.0,
+        "get_blocks_ratio": statistics.median(get_blocks_gbs) / d if d else 0.0,
+    }
+
+
+def run_backend(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    rng = np.random.default_rng(7)
+    deployment = f"bench-{uuid.uuid4().hex[:8]}"
+    with ExitStack() as stack:
+        peer: RedisCluster | MooncakeStore
+        if name == "redis_cluster":
+            peer = stack.enter_context(RedisCluster(tmp / "redis"))
+        else:
+            peer = stack.enter_context(MooncakeStore(tmp / "mooncake", segment_bytes=2048 * MiB))
+        remote = {
+            "enabled": True,
+            "deployment": deployment,
+            "capacity_bytes": 16 * 1024 * MiB,
+            **peer.config(),
+        }
+        if name == "mooncake":
+            remote["mooncake"] = {**remote["mooncake"], "local_buffer_bytes": 256 * MiB}
+        a_addr = stack.enter_context(daemon(tmp / f"{name}-a", remote))
+        b_addr = stack.enter_context(daemon(tmp / f"{name}-b", remote))
+        a = stack.enter_context(Client(a_addr, timeout_s=120))
+        b = stack.enter_context(Client(b_addr, timeout_s=120))
+        direct: DirectClient = DirectRedis(peer) if isinstance(peer, RedisCluster) else (
+            DirectMooncake(peer)
+        )  # fmt: skip
+        stack.callback(direct.close)
+        hits = shared_prefix_hit_rate(a, b, rng)
+        print(f"{name}: hit rate {hits['hit_rate']:.3f}", flush=True)
+        gets = get_throughput(a, b, direct, deployment, args.rounds, args.blocks, rng)
+        print(
+            f"{name}: tiermem {gets['tiermem_gb_per_s']:.3f} GB/s, direct "
+            f"{gets['direct_gb_per_s']:.3f} GB/s, ratio {gets['ratio']:.2f} (kv.get_blocks "
+            f"{gets['tiermem_get_blocks_gb_per_s']:.3f} GB/s, {gets['get_blocks_ratio']:.2f}x)",
+            flush=True,
+        )
+        return {"hit_rate": hits, "get": gets}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--blocks", type=int, default=64, help="1 MiB blocks read per round")
+    parser.add_argument("--quick", action="store_true", help="2 rounds of 32 blocks")
+    args = parser.parse_args()
+    if args.quick:
+        args.rounds, args.blocks = 2, 32
+    os.environ.setdefault("MC_TCP_BIND_ADDRESS", "127.0.0.1")
+    backends = ["redis_cluster", "mooncake"]
+    skipped = {}
+    if why := mooncake_unavailable():
+        skipped["mooncake"] = why
+        backends.remove("mooncake")
+    results: dict[str, Any] = {}
+    goals = []
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="bench-remote-") as tmp:
+        for name in backends:
+            results[name] = run_backend(name, args, Path(tmp))
+            goals.append(
+                goal(f"{name}: cross-daemon hit rate", results[name]["hit_rate"]["hit_rate"],
+                     1.0, "fraction of A's chunks found by B")
+            )  # fmt: skip
+            goals.append(
+                goal(f"{name}: get throughput, tiermem vs direct client",
+                     results[name]["get"]["ratio"], 0.8, "x")
+            )  # fmt: skip
+    write_result(
+        "remote_tier",
+        goals,
+        {
+            "backends": results,
+            "skipped": skipped,
+            "seconds": round(time.monotonic() - started, 1),
+            "args": {"rounds": args.rounds, "blocks": args.blocks},
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,431 @@
+"""The remote tier in the daemon: publishing, sharing and clean-up.
+
+The engine (``tiers/remote``) moves bytes; this service decides what moves:
+
+* **publish** (``tiers.remote.share``) — every committed put of a shared kind
+  (``tiers.remote.kinds``, KV blocks by default) is queued and copied to the
+  remote store by one background thread, in batches (write-behind: puts never
+  wait for the remote store). A published object carries ``FLAG_REMOTE``, so
+  demoting it later copies nothing. The queue is bounded
+  (``publish_queue_bytes``); beyond it, and while the store is unavailable,
+  publishes are skipped and counted;
+* **delete** — objects removed on purpose (delete, TTL, session close) have
+  their remote copies deleted by the same thread, in order with the publishes
+  (an eviction keeps the remote copy: other daemons may still use it);
+* **lookup** — a chain's chunks missing locally (and those served from the
+  remote tier, which the store may have evicted) are checked with batched
+  existence calls (``extend_prefix``);
+* **pull** — reads of such chunks fetch them in one batch, verify every payload
+  against its checksum, and then either promote them (objects this daemon
+  demoted) or *adopt* them: an object another daemon wrote becomes a local
+  object with a catalog entry, placed by admission like any put.
+
+Values the remote store no longer has are misses: their stale catalog entries
+are removed (``Store.forget_stale``), never reported as errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from tiermem.server.catalog.catalog import Entry
+from tiermem.server.config import RemoteTierConfig
+from tiermem.server.errors import (
+    CapacityExceeded,
+    Corrupted,
+    InvariantViolation,
+    TiermemError,
+    Unavailable,
+)
+from tiermem.server.model import Durability, Kind, ObjectKey, ObjectMeta, Tier
+from tiermem.server.services.objects import ObjectService, PutSpec
+from tiermem.server.services.placement import PlacementService
+from tiermem.server.services.store import Store, ValueRead
+from tiermem.server.tiers.remote import RemoteTier, RemoteValue
+
+log = logging.getLogger(__name__)
+
+#: Most keys waiting for a remote delete; more are left to the store's own eviction.
+MAX_PENDING_DELETES = 100_000
+#: Tries of a publish whose upload failed (store slow or down) before it is given up.
+PUBLISH_ATTEMPTS = 3
+#: Pause of the writer after a failed upload before it tries again (seconds).
+PUBLISH_RETRY_PAUSE_S = 0.25
+
+
+@dataclass(slots=True)
+class _Op:
+    delete: bool
+    key: bytes
+    size: int
+    attempt: int = 0
+
+
+class RemoteService:
+    def __init__(
+        self,
+        store: Store,
+        objects: ObjectService,
+        placement: PlacementService,
+        config: RemoteTierConfig,
+    ) -> None:
+        if store.remote is None:
+            raise InvariantViolation("the remote service needs the store's remote tier")
+        self.store = store
+        self.remote: RemoteTier = store.remote
+        self.objects = objects
+        self.placement = placement
+        self.config = config
+        self.catalog = store.catalog
+        self.kinds = frozenset(Kind[name] for name in config.kinds)
+        self._ops: deque[_Op] = deque()
+        self._queued_bytes = 0
+        self._deletes = 0
+        self._busy = False
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        store.on_remote_removed = self._removed
+        if config.share:
+            objects.on_commit = self._committed
+
+    @property
+    def shares_kv(self) -> bool:
+        """Whether KV lookups and reads consult the remote store."""
+        return Kind.KV_BLOCK in self.kinds
+
+    # -- lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tiermem-remote-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=self.config.op_timeout_s * 2 + 5)
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until every queued publish and delete was carried out (or given up);
+        True if that happened within the timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._ops or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    # -- queueing (hooks; called by puts and removals) ----------------------------------
+    def _committed(self, meta: ObjectMeta) -> None:
+        if meta.key.kind not in self.kinds:
+            return
+        size = meta.size_bytes
+        m = self.store.metrics
+        with self._cond:
+            if not self.remote.fits(size) or self._queued_bytes + size > int(
+                self.config.publish_queue_bytes
+            ):
+                m.remote_published.labels("skipped").inc()
+                return
+            self._ops.append(_Op(False, meta.key.encode(), size))
+            self._queued_bytes += size
+            m.remote_publish_queue_bytes.set(self._queued_bytes)
+            self._cond.notify()
+
+    def _removed(self, keys: list[bytes]) -> None:
+        """Called under the store lock: queue the deletes (cheap, no I/O)."""
+        with self._cond:
+            room = MAX_PENDING_DELETES - self._deletes
+            for key in keys[: max(0, room)]:
+                self._ops.append(_Op(True, key, 0))
+            self._deletes += min(len(keys), max(0, room))
+            self._cond.notify()
+
+    def _next_batch(self) -> list[_Op]:
+        """Consecutive ops of one type, within the batch limits (call with _cond)."""
+        first = self._ops.popleft()
+        batch = [first]
+        nbytes = first.size
+        while self._ops and len(batch) < self.config.batch_max_objects:
+            op = self._ops[0]
+            if op.delete != first.delete or nbytes + op.size > self.config.batch_max_bytes:
+                break
+            batch.append(self._ops.popleft())
+            nbytes += op.size
+        return batch
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._ops and not self._stop:
+                    self._busy = False
+                    self._cond.notify_all()
+                    self._cond.wait()
+                if self._stop:
+                    self._busy = False
+                    self._cond.notify_all()
+                    return
+                batch = self._next_batch()
+                self._busy = True
+            retry: list[_Op] = []
+            try:
+                if batch[0].delete:
+                    self._delete([op.key for op in batch])
+                else:
+                    retry = self._publish(batch)
+            except Exception:
+                log.exception("remote writer batch failed")
+            finally:
+                with self._cond:
+                    if batch[0].delete:
+                        self._deletes -= len(batch)
+                    else:
+                        self._queued_bytes -= sum(op.size for op in batch)
+                        # a failed upload goes to the back of the queue (bounded tries)
+                        for op in retry:
+                            self._ops.append(op)
+                            self._queued_bytes += op.size
+                        self.store.metrics.remote_publish_queue_bytes.set(self._queued_bytes)
+                    if retry and not self._stop:
+                        self._cond.wait(PUBLISH_RETRY_PAUSE_S)
+
+    def _delete(self, keys: list[bytes]) -> None:
+        # a failure is counted and logged by the engine; the store evicts orphans itself
+        with contextlib.suppress(Unavailable):
+            self.remote.delete(keys)
+
+    def _publish(self, ops: list[_Op]) -> list[_Op]:
+        """Upload a batch; returns the ops to try again (the upload failed, tries left)."""
+        store, catalog = self.store, self.catalog
+        m = store.metrics
+        # (key, entry, meta, packed value): packed under a short read lease, which
+        # is given back before the upload so the copy never pins memory for long
+        items: list[tuple[bytes, Entry, ObjectMeta, bytes]] = []
+        skipped = 0
+        by_key = {op.key: op for op in ops}
+        for key in by_key:
+            with store.lock:
+                entry = catalog.find(key)
+                if entry is None or entry.remote_copy or entry.tier == Tier.REMOTE:
+                    skipped += 1
+                    continue
+                meta = catalog.meta(key, entry)
+                value = store.lease_memory(entry) if entry.tier in store.memory else None
+            try:
+                if value is None:
+                    value = ValueRead(store.read_ssd(key, entry))
+                items.append((key, entry, meta, self.remote.pack(meta, value.view)))
+            except Corrupted as exc:
+                store.report_damage(key, entry, exc.message)
+                skipped += 1
+            finally:
+                if value is not None:
+                    value.release()
+        retry: list[_Op] = []
+        try:
+            stored = self.remote.put([(meta, packed) for _, _, meta, packed in items])
+        except Unavailable:  # counted and logged by the engine
+            stored = [False] * len(items)
+            for key, _, _, _ in items:
+                op = by_key[key]
+                if op.attempt + 1 < PUBLISH_ATTEMPTS:
+                    retry.append(_Op(False, key, op.size, op.attempt + 1))
+        with store.lock:
+            for (key, entry, _, _), ok in zip(items, stored, strict=True):
+                now = catalog.find(key) if ok else None
+                if now is not None and (now.checksum, now.size) == (entry.checksum, entry.size):
+                    catalog.set_remote(now.row, True)
+        done = sum(stored)
+        if done:
+            m.remote_published.labels("stored").inc(done)
+        if len(items) - done - len(retry):
+            m.remote_published.labels("failed").inc(len(items) - done - len(retry))
+        if skipped:
+            m.remote_published.labels("skipped").inc(skipped)
+        return retry
+
+    # -- lookups ----------------------------------------------------------------------
+    def extend_prefix(
+        self, keys: Sequence[bytes], rows: npt.NDArray[np.int64], tiers: npt.NDArray[np.uint8]
+    ) -> tuple[int, bytes]:
+        """Length of the chain's stored prefix counting chunks in the remote store,
+        and each leading chunk's tier (REMOTE for those found there). Chunks served
+        from the remote tier are checked too: ones the store evicted are holes (and
+        their entries are removed). Checked in batches, up to the first hole; while
+        the store is unavailable the prefix ends at the first chunk not held locally."""
+        out = bytearray(np.asarray(tiers, dtype=np.uint8).tobytes())
+        local = (rows >= 0) & (tiers != int(Tier.REMOTE))
+        ask = np.flatnonzero(~local)
+        step = self.config.batch_max_objects
+        for start in range(0, len(ask), step):
+            window = ask[start : start + step].tolist()
+            try:
+                found = self.remote.exists([keys[j] for j in window])
+            except Unavailable:
+                return window[0], bytes(out[: window[0]])
+            for j, present in zip(window, found, strict=True):
+                if not present:
+                    if rows[j] >= 0:
+                        self._forget(keys[j])
+                    return j, bytes(out[:j])
+                out[j] = int(Tier.REMOTE)
+        return len(keys), bytes(out)
+
+    def _forget(self, key: bytes) -> None:
+        with self.store.lock:
+            entry = self.catalog.find(key)
+        if entry is not None and entry.tier == Tier.REMOTE:
+            self.store.forget_stale(key, entry)
+
+    # -- reads ------------------------------------------------------------------------
+    def pull(self, keys: Sequence[bytes]) -> dict[bytes, RemoteValue | None]:
+        """Fetch, in one batch, the objects among ``keys`` that are not held locally
+        (no catalog entry, or served from the remote tier). Returns what to serve
+        for each: its verified value (release it), or None for a miss (not in the
+        store; a stale entry is removed). Objects this daemon never had are adopted
+        (stored locally with a catalog entry), demoted ones may be promoted, both
+        from the bytes just read. Keys held locally, and every key while the store
+        is unavailable, are left out: read them the ordinary way. Raises Corrupted
+        for a payload that fails its checksum."""
+        store, catalog = self.store, self.catalog
+        with store.lock:
+            entries = {k: catalog.find(k) for k in keys}
+        wanted = [k for k, e in entries.items() if e is None or e.tier == Tier.REMOTE]
+        if not wanted:
+            return {}
+        try:
+            values = self.remote.get(wanted)
+        except Unavailable:
+            return {}
+        out: dict[bytes, RemoteValue | None] = {}
+        try:
+            for key, value in zip(wanted, values, strict=True):
+                entry = entries[key]
+                if isinstance(value, Corrupted):
+                    raise value
+                if value is None:
+                    if entry is not None:
+                        store.forget_stale(key, entry)
+                    out[key] = None
+                    continue
+                if entry is None:
+                    out[key] = value
+                    self.remote.verify(value, value.meta.checksum, value.meta.size_bytes)
+                    self._count_read(value.meta.key.kind)
+                    self.adopt(value)
+                    continue
+                if (value.meta.checksum, value.meta.size_bytes) != (entry.checksum, entry.size):
+                    value.release()  # another daemon's version replaced ours: a miss
+                    store.forget_stale(key, entry)
+                    out[key] = None
+                    continue
+                out[key] = value
+                self.remote.verify(value, entry.checksum, entry.size)
+                self._count_read(entry.kind)
+                self._promote_from(key, value)
+        except BaseException:
+            for served in out.values():
+                if served is not None:
+                    served.release()
+            for rest in values[len(out) :]:
+                if isinstance(rest, RemoteValue):
+                    rest.release()
+            raise
+        return out
+
+    def fetch(self, keys: Sequence[bytes]) -> int:
+        """Bring objects this daemon does not hold from the remote store into its
+        local tiers (``pull`` in batches, values released at once). Returns how
+        many are held locally afterwards; misses and an unavailable store count 0."""
+        step = self.config.batch_max_objects
+        for start in range(0, len(keys), step):
+            for value in self.pull(keys[start : start + step]).values():
+                if value is not None:
+                    value.release()
+        with self.store.lock:
+            held = [self.catalog.find(k) for k in keys]
+        return sum(1 for e in held if e is not None and e.tier != Tier.REMOTE)
+
+    def _count_read(self, kind: Kind) -> None:
+        self.store.metrics.count_read(kind.name, Tier.REMOTE.name, self.store.tier_names())
+
+    def _promote_from(self, key: bytes, value: RemoteValue) -> None:
+        """Count a read of an object served from the remote tier and move it up if
+        the planner wants, from the bytes just read."""
+        with self.store.lock:
+            entry = self.catalog.find(key)
+            if entry is None or entry.tier != Tier.REMOTE:
+                return
+            self.catalog.touch(entry.row, key)
+        promotion = self.placement.take_promotion(key)
+        if promotion is None:
+            return
+        try:
+            self.placement.promote(key, promotion, entry, value.payload)
+        except TiermemError:
+            log.exception("promotion of %s from the remote tier failed", ObjectKey.decode(key))
+
+    def adopt(self, value: RemoteValue) -> bool:
+        """Store an object another daemon wrote (found in the remote store, payload
+        verified) as a local CACHE object with a catalog entry marked as having a
+        remote copy. False when it cannot be placed now (no room, its namespace does
+        not exist here, someone stored the key meanwhile)."""
+        meta = value.meta
+        key = meta.key
+        encoded = key.encode()
+        with self.store.lock:
+            if key.namespace not in self.catalog.namespaces or self.catalog.find(encoded):
+                return False
+        profile = dataclasses.replace(
+            meta.profile,
+            pin=False,
+            preferred_tier=None,
+            durability=Durability.CACHE,  # this daemon never promised to keep it
+            next_access_unix_ms=0,
+        )
+        spec = PutSpec(
+            key=key,
+            size_bytes=meta.size_bytes,
+            profile=profile,
+            tensor=meta.tensor,
+            codec=meta.codec,
+            if_absent=True,
+        )
+        try:
+            profile = self.objects.prepare(spec)
+            reservation = self.objects.reserve(meta.size_bytes, profile, key.kind)
+        except TiermemError as exc:
+            log.debug("not adopting %s: %s", key, exc)
+            return False
+        try:
+            reservation.buffer[:] = value.payload
+        except BaseException:
+            self.objects.abort(reservation)
+            raise
+        try:
+            self.objects.commit_filled(
+                spec, profile, reservation, meta.checksum, "remote", sync=False, publish=False
+            )
+        except (CapacityExceeded, TiermemError) as exc:  # the commit gave the space back
+            log.debug("not adopting %s: %s", key, exc)
+            return False
+        with self.store.lock:
+            entry = self.catalog.find(encoded)
+            if entry is not None and entry.checksum == meta.checksum:
+                self.catalog.set_remote(entry.row, True)
+                self.catalog.touch(entry.row, encoded)
+        self.store.metrics.remote_adopted.inc()
+        return True

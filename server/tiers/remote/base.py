@@ -1,0 +1,71 @@
+"""The small interface a remote store backend implements.
+
+A backend maps names to byte values in some store shared by several daemons
+(Redis Cluster, Mooncake Store). It knows nothing about tiermem objects: the
+``RemoteTier`` engine adds names, headers, checksums, deadlines, retries and
+the circuit breaker on top. Every method is a batch (remote stores pay a round
+trip per call); ``get``/``exists`` of one name have default implementations.
+
+Outcomes:
+
+* a name that is not in the store is a *value* (``None`` / ``False``): remote
+  stores evict by themselves, so absence is expected;
+* a value the store refuses to take (full, too large) is ``False`` in
+  ``put_many``'s result;
+* anything that says the store cannot be reached or answered wrongly raises
+  ``RemoteError`` (counted by the circuit breaker).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+
+class RemoteError(Exception):
+    """The remote store could not be reached or did not answer as expected."""
+
+
+class RemoteBackend(ABC):
+    #: backend name as in the config (``tiers.remote.backend``)
+    name: str = ""
+
+    @property
+    @abstractmethod
+    def address(self) -> str:
+        """Where the store is, for stats and logs."""
+
+    @abstractmethod
+    def put_many(self, names: Sequence[str], values: Sequence[bytes]) -> list[bool]:
+        """Store each value under its name, replacing what was there. False where
+        the store refused the value."""
+
+    @abstractmethod
+    def get_many(self, names: Sequence[str]) -> list[tuple[memoryview, object] | None]:
+        """Each value as a view plus an owner object to keep alive while the view
+        is used (``None`` where the name is not in the store)."""
+
+    @abstractmethod
+    def exists_many(self, names: Sequence[str]) -> list[bool]:
+        """Whether each name is in the store."""
+
+    @abstractmethod
+    def delete_many(self, names: Sequence[str]) -> None:
+        """Remove the names (absent ones are ignored)."""
+
+    @abstractmethod
+    def ping(self) -> None:
+        """One cheap round trip; raises RemoteError when the store is unreachable."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def release(self, owner: object) -> None:
+        """Give back the buffer behind a value returned by ``get_many``."""
+        return None
+
+    def get(self, name: str) -> tuple[memoryview, object] | None:
+        return self.get_many([name])[0]
+
+    def exists(self, name: str) -> bool:
+        return self.exists_many([name])[0]

@@ -1,0 +1,340 @@
+"""The remote tier engine: a backend behind names, headers, checksums,
+deadlines, bounded retries and a circuit breaker.
+
+Every operation is a batch and runs on a small thread pool so the caller can
+stop waiting at its deadline (``op_timeout_s``) even when the backend's own
+client blocks (Mooncake's does for ~4 s while its master is down). At most
+``max_inflight`` operations run at once; a thread stuck in a dead store keeps
+its slot until the call returns, so a dead store cannot pile up threads.
+Failures are retried (``retries``, within the deadline), then counted by the
+circuit breaker: after ``breaker_failures`` in a row the tier is unavailable
+for ``breaker_open_s`` and calls fail at once; then one call probes the store
+and closes the breaker again if it works. Each failure is a metric and a log
+line; callers get ``Unavailable`` and fall back (serve local tiers, drop CACHE
+objects instead of demoting them).
+
+Values are written as header + payload (``codec``); reads check the header and
+callers verify the payload against the object's checksum with ``verify``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
+from typing import NoReturn, TypeVar
+
+import xxhash
+
+from tiermem.server.config import RemoteTierConfig
+from tiermem.server.errors import Corrupted, Unavailable
+from tiermem.server.metrics import Metrics
+from tiermem.server.model import ObjectKey, ObjectMeta, Tier
+from tiermem.server.tiers.remote.base import RemoteBackend, RemoteError
+from tiermem.server.tiers.remote.breaker import CircuitBreaker, State
+from tiermem.server.tiers.remote.codec import RemoteValue, decode, encode_header, remote_name
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Pause between retries of a failed operation (seconds).
+RETRY_BACKOFF_S = 0.05
+
+
+def make_backend(config: RemoteTierConfig) -> RemoteBackend:
+    """Connect the configured backend (its client library is imported only here)."""
+    if config.backend == "mooncake":
+        from tiermem.server.tiers.remote.mooncake import MooncakeBackend
+
+        return MooncakeBackend(config.mooncake)
+    from tiermem.server.tiers.remote.redis_cluster import RedisClusterBackend
+
+    return RedisClusterBackend(config.redis, config.op_timeout_s)
+
+
+# The operations as functions of the backend (bound to their arguments with
+# ``partial`` so a call still running after its deadline keeps its own).
+def _put(names: list[str], values: list[bytes], b: RemoteBackend) -> list[bool]:
+    return b.put_many(names, values)
+
+
+def _get(names: list[str], b: RemoteBackend) -> list[tuple[memoryview, object] | None]:
+    return b.get_many(names)
+
+
+def _exists(names: list[str], b: RemoteBackend) -> list[bool]:
+    return b.exists_many(names)
+
+
+def _delete(names: list[str], b: RemoteBackend) -> None:
+    b.delete_many(names)
+
+
+class RemoteTier:
+    tier = Tier.REMOTE
+
+    def __init__(
+        self,
+        config: RemoteTierConfig,
+        connect: Callable[[], RemoteBackend],
+        metrics: Metrics,
+        used_bytes: Callable[[], int] = lambda: 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``connect`` builds the backend's client. It is called on first use (and
+        again after a failed attempt) inside an operation's deadline, so a daemon
+        starts and serves its local tiers while the remote store is down."""
+        self.config = config
+        self._connect = connect
+        self._backend: RemoteBackend | None = None
+        self._connect_lock = threading.Lock()
+        self.metrics = metrics
+        self.capacity_bytes = int(config.capacity_bytes)
+        self.breaker = CircuitBreaker(config.breaker_failures, config.breaker_open_s, clock)
+        self._used = used_bytes
+        self._pool = ThreadPoolExecutor(config.max_inflight, thread_name_prefix="tiermem-remote")
+        self._slots = threading.BoundedSemaphore(config.max_inflight)
+        metrics.remote_available.set(1)
+
+    # -- engine surface (stats, planner) ------------------------------------------------
+    @property
+    def used_bytes(self) -> int:
+        return self._used()
+
+    @property
+    def device(self) -> str:
+        cfg = self.config
+        where = cfg.mooncake.master if cfg.backend == "mooncake" else ",".join(cfg.redis.nodes)
+        return f"{cfg.backend}://{where}"
+
+    def _client(self) -> RemoteBackend:
+        """The connected backend (connects on first use)."""
+        with self._connect_lock:
+            if self._backend is None:
+                self._backend = self._connect()
+            return self._backend
+
+    def available(self) -> bool:
+        """Whether remote operations are worth trying now (breaker closed or probe due)."""
+        return self.breaker.available()
+
+    def name_of(self, encoded_key: bytes) -> str:
+        return remote_name(self.config.deployment, ObjectKey.decode(encoded_key))
+
+    def fits(self, size: int) -> bool:
+        return size <= self.config.max_value_bytes
+
+    # -- operations -----------------------------------------------------------------------
+    @staticmethod
+    def pack(meta: ObjectMeta, payload: memoryview) -> bytes:
+        """The value stored for an object: header + payload, in one buffer (both
+        stores take one buffer per value). The copy lets callers give back a
+        lease on ``payload`` before the network transfer starts."""
+        return b"".join((encode_header(meta), payload))
+
+    def put(self, items: Sequence[tuple[ObjectMeta, bytes]]) -> list[bool]:
+        """Write each object's packed value (``pack``), replacing any. False where
+        the store refused it or it is larger than ``max_value_bytes``. Raises
+        Unavailable."""
+        out = [False] * len(items)
+        todo = [i for i, (meta, _) in enumerate(items) if self.fits(meta.size_bytes)]
+        for part in self._batches(todo, [items[i][0].size_bytes for i in todo]):
+            names = [remote_name(self.config.deployment, items[i][0].key) for i in part]
+            values = [items[i][1] for i in part]
+            stored = self._call("put", partial(_put, names, values))
+            nbytes = 0
+            for i, ok in zip(part, stored, strict=True):
+                out[i] = ok
+                nbytes += items[i][0].size_bytes if ok else 0
+            self.metrics.remote_bytes.labels("out").inc(nbytes)
+        stored_count = sum(out)
+        self._count_objects("put", stored_count, len(items) - stored_count, "failed")
+        return out
+
+    def get(self, encoded_keys: Sequence[bytes]) -> list[RemoteValue | Corrupted | None]:
+        """Each object's value (None: not in the store; Corrupted: a value whose
+        header is damaged or names another object). Payloads are not verified yet:
+        call ``verify``. Release every RemoteValue. Raises Unavailable."""
+        out: list[RemoteValue | Corrupted | None] = []
+        for part in self._batches(list(range(len(encoded_keys))), None):
+            keys = [ObjectKey.decode(encoded_keys[i]) for i in part]
+            names = [remote_name(self.config.deployment, k) for k in keys]
+            raw = self._call("get", partial(_get, names))
+            for key, name, got in zip(keys, names, raw, strict=True):
+                if got is None:
+                    out.append(None)
+                    continue
+                view, owner = got
+                try:
+                    meta, payload = decode(view, key, name)
+                except Corrupted as exc:
+                    self.report_damage(exc.message)
+                    self._client().release(owner)
+                    out.append(exc)
+                    continue
+                self.metrics.remote_bytes.labels("in").inc(len(payload))
+                out.append(RemoteValue(meta, payload, partial(self._client().release, owner)))
+        found = sum(1 for v in out if isinstance(v, RemoteValue))
+        self._count_objects("get", found, len(out) - found, "missing")
+        return out
+
+    def exists(self, encoded_keys: Sequence[bytes]) -> list[bool]:
+        """Whether each object's value is in the store. Raises Unavailable."""
+        out: list[bool] = []
+        for part in self._batches(list(range(len(encoded_keys))), None):
+            names = [self.name_of(encoded_keys[i]) for i in part]
+            out += self._call("exists", partial(_exists, names))
+        found = sum(out)
+        self._count_objects("exists", found, len(out) - found, "missing")
+        return out
+
+    def delete(self, encoded_keys: Sequence[bytes]) -> None:
+        """Remove the objects' values (absent ones are ignored). Raises Unavailable."""
+        for part in self._batches(list(range(len(encoded_keys))), None):
+            names = [self.name_of(encoded_keys[i]) for i in part]
+            self._call("delete", partial(_delete, names))
+        self._count_objects("delete", len(encoded_keys), 0, "failed")
+
+    def ping(self) -> bool:
+        """One round trip through the breaker: True if the store answered."""
+        try:
+            self._call("ping", lambda b: b.ping())
+        except Unavailable:
+            return False
+        return True
+
+    def verify(self, value: RemoteValue, checksum: int, size: int) -> None:
+        """Raise Corrupted (DATA_LOSS, counted as where="remote") unless the payload
+        is ``size`` bytes hashing to ``checksum`` (the catalog's, or the header's for
+        an object this daemon never stored)."""
+        if len(value.payload) != size or xxhash.xxh3_64_intdigest(value.payload) != checksum:
+            message = (
+                f"remote copy of {value.meta.key} does not match its checksum "
+                f"{checksum:x} ({len(value.payload)} of {size} bytes)"
+            )
+            self.report_damage(message)
+            raise Corrupted(message)
+
+    def report_damage(self, message: str) -> None:
+        self.metrics.checksum_failures.labels("remote").inc()
+        log.error("remote data damaged, not served: %s", message)
+
+    def close(self) -> None:
+        """Stop taking work; wait (up to the deadline) for running calls, then
+        close the client unless a call is still stuck in it."""
+        deadline = time.monotonic() + self.config.op_timeout_s
+        held = 0
+        for _ in range(self.config.max_inflight):
+            if not self._slots.acquire(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            held += 1
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._backend is None:
+            return
+        if held == self.config.max_inflight:
+            self._backend.close()
+        else:
+            log.warning("remote tier closed with calls still blocked in its client")
+
+    # -- internals ----------------------------------------------------------------------
+    def _batches(self, index: list[int], sizes: list[int] | None) -> list[list[int]]:
+        """``index`` cut into batches of at most batch_max_objects (and, with sizes,
+        batch_max_bytes; an object larger than that goes alone)."""
+        cfg = self.config
+        out: list[list[int]] = []
+        cur: list[int] = []
+        cur_bytes = 0
+        for pos, i in enumerate(index):
+            size = sizes[pos] if sizes is not None else 0
+            if cur and (
+                len(cur) >= cfg.batch_max_objects or cur_bytes + size > cfg.batch_max_bytes
+            ):
+                out.append(cur)
+                cur, cur_bytes = [], 0
+            cur.append(i)
+            cur_bytes += size
+        if cur:
+            out.append(cur)
+        return out
+
+    def _count_objects(self, op: str, ok: int, other: int, other_result: str) -> None:
+        if ok:
+            self.metrics.remote_objects.labels(op, "ok").inc(ok)
+        if other:
+            self.metrics.remote_objects.labels(op, other_result).inc(other)
+
+    def _call(self, op: str, fn: Callable[[RemoteBackend], T]) -> T:
+        """Run ``fn`` on the pool within the deadline, with retries, through the breaker."""
+        m = self.metrics
+        if not self._slots.acquire(blocking=False):
+            m.remote_ops.labels(op, "refused").inc()
+            raise Unavailable(
+                f"remote tier ({self.device}): {self.config.max_inflight} operations already "
+                "in flight (tiers.remote.max_inflight)"
+            )
+        if not self.breaker.allow():
+            self._slots.release()
+            m.remote_ops.labels(op, "refused").inc()
+            raise Unavailable(
+                f"remote tier ({self.device}) is unavailable after repeated failures; "
+                f"it is probed again every {self.config.breaker_open_s:g}s"
+            )
+        deadline = time.monotonic() + self.config.op_timeout_s
+        retries = self.config.retries
+
+        def attempt() -> T:
+            for n in range(retries + 1):
+                try:
+                    return fn(self._client())
+                except RemoteError:
+                    if n == retries or time.monotonic() + RETRY_BACKOFF_S >= deadline:
+                        raise
+                time.sleep(RETRY_BACKOFF_S)
+            raise RemoteError("no attempt was made")  # unreachable: the loop returns or raises
+
+        started = time.perf_counter()
+        try:
+            future = self._pool.submit(attempt)
+        except RuntimeError:  # the pool is shut down: the daemon is stopping
+            self._slots.release()
+            self.breaker.failure()
+            raise Unavailable("remote tier is closed") from None
+        future.add_done_callback(lambda _f: self._slots.release())
+        try:
+            result = future.result(timeout=max(0.0, deadline - time.monotonic()))
+        except FutureTimeout:
+            self._failed(op, "timeout", f"no answer within {self.config.op_timeout_s:g}s")
+        except RemoteError as exc:
+            self._failed(op, "failed", str(exc))
+        except Exception as exc:  # a client library raising something else
+            log.exception("remote %s raised", op)
+            self._failed(op, "failed", f"{type(exc).__name__}: {exc}")
+        m.remote_seconds.labels(op).observe(time.perf_counter() - started)
+        m.remote_ops.labels(op, "ok").inc()
+        if self.breaker.success():
+            m.remote_available.set(1)
+            log.warning("remote tier %s is available again", self.device)
+        return result
+
+    def _failed(self, op: str, result: str, why: str) -> NoReturn:
+        m = self.metrics
+        m.remote_ops.labels(op, result).inc()
+        probing = self.breaker.state is State.HALF_OPEN
+        if self.breaker.failure():
+            m.remote_breaker_trips.inc()
+            m.remote_available.set(0)
+            log.warning(
+                "remote tier %s is failing (%s %s: %s): remote operations are refused for "
+                "%gs; local tiers keep serving",
+                self.device, op, result, why, self.config.breaker_open_s,
+            )  # fmt: skip
+        elif probing:
+            log.warning("remote tier %s is still unavailable (%s: %s)", self.device, op, why)
+        else:
+            log.warning("remote %s on %s failed (%s): %s", op, self.device, result, why)
+        raise Unavailable(f"remote tier ({self.device}) {op} failed ({result}): {why}")

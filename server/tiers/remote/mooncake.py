@@ -1,0 +1,134 @@
+"""Mooncake Store backend (``mooncake.store.MooncakeDistributedStore``).
+
+The daemon is a Mooncake client: it talks to ``mooncake_master`` for metadata
+and moves bytes with the transfer engine (TCP here, RDMA where configured) to
+and from the segments storage nodes contribute (``mooncake_client``, or this
+daemon itself with ``global_segment_bytes`` > 0).
+
+Calls used and why:
+
+* ``upsert_batch`` — insert or replace (a plain ``put`` of an existing name
+  keeps the old value); one call per batch;
+* ``batch_get_buffer`` — each value lands in the client's transfer buffer and
+  comes back as a handle with the buffer protocol: no copy into Python bytes.
+  It answers ``None`` both for a missing name and for a failed read, so those
+  names are asked again with ``batch_is_exist``, which tells absent (0) from an
+  error (negative) and fails at once when the master is down;
+* ``batch_remove(force=True)`` — a get takes a 10 s lease and a plain remove
+  of a leased object fails.
+
+Behaviour to design around (see ``/work/shared/PEERS.md``): at its high
+watermark the store evicts silently (later reads find nothing: a miss, not an
+error); while the master is down every call blocks ~4 s inside the client (the
+engine's deadline returns control earlier; those calls release the GIL).
+``setup`` does not release the GIL while it retries an unreachable master, so
+the backend checks with a plain TCP connect first that the master and the
+metadata server answer.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from tiermem.server.config import MooncakeConfig
+from tiermem.server.tiers.remote.base import RemoteBackend, RemoteError
+
+#: Mooncake error codes (mooncake-store/include/types.h).
+OBJECT_NOT_FOUND = -704
+NO_AVAILABLE_HANDLE = -200  # no segment has room: the store refuses the value
+
+
+#: How long the pre-connect check waits for each service (seconds).
+CONNECT_CHECK_S = 0.5
+
+
+def _reachable(address: str, what: str) -> None:
+    """Raise RemoteError unless something accepts TCP connections at HOST:PORT."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), CONNECT_CHECK_S):
+            return
+    except (OSError, ValueError) as exc:
+        raise RemoteError(f"Mooncake {what} at {address} is unreachable: {exc}") from exc
+
+
+class MooncakeBackend(RemoteBackend):
+    name = "mooncake"
+
+    def __init__(self, config: MooncakeConfig) -> None:
+        # The transfer engine reads this when it starts; without it, it advertises
+        # the host's external address.
+        os.environ.setdefault("MC_TCP_BIND_ADDRESS", config.local_hostname)
+        from mooncake.store import MooncakeDistributedStore
+
+        self._config = config
+        # ``setup`` holds the GIL while it retries a master that does not answer
+        # (~90 s: the whole daemon would stall), so check both services first.
+        _reachable(config.master, "master")
+        _reachable(urlsplit(config.metadata_server).netloc, "metadata server")
+        self._store: Any = MooncakeDistributedStore()
+        rc = self._store.setup(
+            config.local_hostname,
+            config.metadata_server,
+            int(config.global_segment_bytes),
+            int(config.local_buffer_bytes),
+            config.protocol,
+            config.rdma_devices,
+            config.master,
+        )
+        if rc != 0:
+            raise RemoteError(f"Mooncake client setup against {self.address} returned {rc}")
+
+    @property
+    def address(self) -> str:
+        return self._config.master
+
+    def put_many(self, names: Sequence[str], values: Sequence[bytes]) -> list[bool]:
+        rc = self._store.upsert_batch(list(names), list(values))
+        if rc == NO_AVAILABLE_HANDLE:
+            return [False] * len(names)
+        if rc != 0:
+            raise RemoteError(f"Mooncake upsert_batch of {len(names)} values returned {rc}")
+        return [True] * len(names)
+
+    def get_many(self, names: Sequence[str]) -> list[tuple[memoryview, object] | None]:
+        handles = self._store.batch_get_buffer(list(names))
+        out: list[tuple[memoryview, object] | None] = [
+            None if h is None else (memoryview(h).cast("B"), h) for h in handles
+        ]
+        unknown = [i for i, h in enumerate(handles) if h is None]
+        if unknown:
+            codes = self._store.batch_is_exist([names[i] for i in unknown])
+            for i, code in zip(unknown, codes, strict=True):
+                if code < 0:
+                    raise RemoteError(f"Mooncake read of {names[i]!r} failed ({code})")
+                if code == 1:  # there, yet not read: the transfer failed
+                    raise RemoteError(f"Mooncake could not read {names[i]!r}")
+        return out
+
+    def exists_many(self, names: Sequence[str]) -> list[bool]:
+        codes = self._store.batch_is_exist(list(names))
+        if any(c < 0 for c in codes):
+            raise RemoteError(f"Mooncake batch_is_exist returned {sorted(set(codes))}")
+        return [c == 1 for c in codes]
+
+    def delete_many(self, names: Sequence[str]) -> None:
+        codes = self._store.batch_remove(list(names), True)
+        bad = [c for c in codes if c not in (0, OBJECT_NOT_FOUND)]
+        if bad:
+            raise RemoteError(f"Mooncake batch_remove returned {sorted(set(bad))}")
+
+    def ping(self) -> None:
+        code = self._store.batch_is_exist(["tiermem/ping"])[0]
+        if code < 0:
+            raise RemoteError(f"Mooncake master at {self.address} is unreachable ({code})")
+
+    def release(self, owner: object) -> None:
+        del owner  # the handle frees its transfer-buffer space when collected
+
+    def close(self) -> None:
+        self._store.close()

@@ -1,0 +1,110 @@
+"""Redis Cluster backend (redis-py's ``RedisCluster``).
+
+Batches are cluster pipelines: redis-py groups their commands by the node that
+owns each key's slot and sends one pipeline per node. Values are plain strings
+(at most 512 MiB each, Redis's ``proto-max-bulk-len``); a value is written
+with one ``SET`` of header + payload.
+Connection and cluster errors raise ``RemoteError``; redis-py's own retries are
+turned off so the engine's deadline and retry budget are the only ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tiermem.server.config import RedisClusterConfig
+from tiermem.server.tiers.remote.base import RemoteBackend, RemoteError
+
+
+def _node(address: str) -> tuple[str, int]:
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"tiers.remote.redis.nodes: {address!r} is not HOST:PORT")
+    return host, int(port)
+
+
+class RedisClusterBackend(RemoteBackend):
+    name = "redis_cluster"
+
+    def __init__(self, config: RedisClusterConfig, op_timeout_s: float) -> None:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.cluster import ClusterNode, RedisCluster
+        from redis.retry import Retry
+
+        self._config = config
+        self._errors: tuple[type[BaseException], ...] = (
+            redis.exceptions.ConnectionError,
+            redis.exceptions.TimeoutError,
+            redis.exceptions.ClusterError,
+            redis.exceptions.RedisClusterException,
+            redis.exceptions.BusyLoadingError,
+            OSError,
+        )
+        self._response_error = redis.exceptions.ResponseError
+        nodes = [ClusterNode(*_node(a)) for a in config.nodes]  # type: ignore[no-untyped-call]
+        try:
+            self._client: Any = RedisCluster(
+                startup_nodes=nodes,
+                password=config.password or None,
+                socket_timeout=op_timeout_s,
+                socket_connect_timeout=min(op_timeout_s, 1.0),
+                retry=Retry(NoBackoff(), 0),
+                max_connections=config.max_connections,
+            )
+        except self._errors as exc:
+            raise RemoteError(f"Redis Cluster at {self.address}: {exc}") from exc
+
+    @property
+    def address(self) -> str:
+        return ",".join(self._config.nodes)
+
+    def _run(self, commands: list[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """One cluster pipeline; per-command Redis errors come back as values."""
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for command, args in commands:
+                getattr(pipe, command)(*args)
+            return list(pipe.execute(raise_on_error=False))
+        except self._errors as exc:
+            raise RemoteError(f"Redis Cluster at {self.address}: {exc}") from exc
+
+    def _check(self, results: list[Any]) -> None:
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, self._response_error):
+                raise RemoteError(f"Redis Cluster at {self.address}: {r}")
+
+    def put_many(self, names: Sequence[str], values: Sequence[bytes]) -> list[bool]:
+        ttl = self._config.ttl_s or None
+        results = self._run([("set", (n, v, ttl)) for n, v in zip(names, values, strict=True)])
+        self._check(results)
+        # a ResponseError (OOM, value too large) refuses that value only
+        return [r is True for r in results]
+
+    def get_many(self, names: Sequence[str]) -> list[tuple[memoryview, object] | None]:
+        results = self._run([("get", (n,)) for n in names])
+        self._check(results)
+        out: list[tuple[memoryview, object] | None] = []
+        for r in results:
+            if isinstance(r, BaseException):
+                raise RemoteError(f"Redis Cluster at {self.address}: {r}")
+            out.append(None if r is None else (memoryview(r), None))
+        return out
+
+    def exists_many(self, names: Sequence[str]) -> list[bool]:
+        results = self._run([("exists", (n,)) for n in names])
+        self._check(results)
+        return [isinstance(r, int) and r > 0 for r in results]
+
+    def delete_many(self, names: Sequence[str]) -> None:
+        self._check(self._run([("delete", (n,)) for n in names]))
+
+    def ping(self) -> None:
+        try:
+            self._client.exists("tiermem/ping")
+        except self._errors as exc:
+            raise RemoteError(f"Redis Cluster at {self.address}: {exc}") from exc
+
+    def close(self) -> None:
+        self._client.close()
