@@ -287,7 +287,7 @@ def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
     started = time.monotonic()
     memory: list[tuple[float, int]] = []
     catalog: list[tuple[float, int, int]] = []
-    results = []
+    results: list[dict[str, Any]] = []
     while len(results) < len(procs):
         t = round(time.monotonic() - started, 1)
         memory.append((t, _rss_bytes(proc.pid)))
