@@ -21,7 +21,10 @@ Downloads: the bytes come by shared memory (hot blobs cached in the daemon's
 DRAM, client on the same host), the bulk channel, or the gRPC stream, and are
 verified before they reach the destination: each block against the xxh3-64
 the daemon stored for it (``verify="blocks"``, the default when ``xxhash`` is
-installed), or the whole blob against its SHA-256 (``verify="sha256"``). A
+installed), or the whole blob against its SHA-256 (``verify="sha256"``). Bytes
+in shared memory were verified by the daemon as it placed them there and cross
+no wire, so by default (``verify="auto"``) the client does not hash them again
+(the data plane's rule for every object); an explicit mode still does. A
 path destination is written to ``<path>.part`` and renamed when complete and
 verified.
 """
@@ -353,11 +356,16 @@ class _Delivery:
         verify: Verify,
         sink: _Sink,
         progress: Progress | None,
+        daemon_verified: bool = False,
     ) -> None:
+        """``daemon_verified``: the bytes come from a shared-memory extent the daemon
+        filled from checked blocks ("auto" then hashes nothing again)."""
         self.header = header
         info = header.info
         whole = header.offset == 0 and header.length == info.size_bytes
-        if verify == "auto":
+        if verify == "auto" and daemon_verified:
+            verify = "none"
+        elif verify == "auto":
             verify = "blocks" if HAVE_XXHASH else ("sha256" if whole else "none")
         if verify == "blocks" and not HAVE_XXHASH:
             raise InvalidArgumentError(
@@ -873,7 +881,9 @@ class BlobClient:
                 lambda t: self._stub.OpenDownload(request, timeout=t, metadata=self._md()),
                 timeout_s,
             )
-            delivery = _Delivery(reply.header, verify, sink, progress)
+            delivery = _Delivery(
+                reply.header, verify, sink, progress, daemon_verified=reply.HasField("shm")
+            )
             size = int(reply.header.aligned_length)
             try:
                 if reply.HasField("inline"):
