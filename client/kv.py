@@ -487,10 +487,9 @@ class KvClient:
             return None
         if lossy:
             return None
-        return [
-            dataclasses.replace(header(f.info, h), data=once(header(f.info, h), first_index + i))
-            for i, (f, h) in enumerate(zip(fetched, hashes, strict=True))
-        ]
+        blocks = [header(f.info, h) for f, h in zip(fetched, hashes, strict=True)]
+        # every buffer was handed out (and memoized) by ``into`` already
+        return [dataclasses.replace(b, data=once(b, first_index + i)) for i, b in enumerate(blocks)]
 
     def get_tensors(
         self, scope: KvScope, chunk_hashes: Sequence[ChunkHash], **kw: Any
