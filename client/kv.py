@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +48,15 @@ MAX_BATCH_BYTES = 256 << 20
 
 _U64 = 1 << 64
 _TIER_BY_VALUE: dict[int, Tier] = {int(t): t for t in Tier}
+
+
+def _tiers_of(values: Iterable[int]) -> list[Tier]:
+    """Tier of each chunk from the reply's values; a chain on one tier (the
+    usual case) costs one scan of the bytes instead of a lookup per chunk."""
+    raw = bytes(values)
+    if raw and raw.count(raw[0]) == len(raw):
+        return [_TIER_BY_VALUE[raw[0]]] * len(raw)
+    return [_TIER_BY_VALUE[v] for v in raw]
 
 
 def hash_bytes(chunk_hash: ChunkHash) -> bytes:
@@ -578,8 +587,7 @@ class KvClient:
             lambda t: self._stub.LookupPrefix(request, timeout=t, metadata=self._metadata),
             timeout_s,
         )
-        by_value = _TIER_BY_VALUE
-        return PrefixHit(reply.stored_chunks, [by_value[t] for t in reply.tiers])
+        return PrefixHit(reply.stored_chunks, _tiers_of(reply.tiers))
 
     def prefetch(
         self, scope: KvScope, chunk_hashes: Sequence[ChunkHash], *, timeout_s: float | None = None

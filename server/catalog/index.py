@@ -60,6 +60,8 @@ __all__ = [
     "SEG_NONE",
     "ObjectIndex",
     "key_hash",
+    "kv_chain_halves",
+    "kv_chunk_split",
 ]
 
 _MASK64 = (1 << 64) - 1
@@ -82,15 +84,94 @@ COLUMNS: dict[str, npt.DTypeLike] = {
 }
 
 
-#: The key's xxh3-128 hash as 16 bytes: high half then low half, big-endian
-#: (the same hash as ``key_hash``; a module attribute so tests can replace it).
-key_digest = xxhash.xxh3_128_digest
+#: Kind byte of KV blocks (``Kind.KV_BLOCK``; not imported to keep this module
+#: free of the object model).
+_KV_KIND = 1
+_LOWER_HEX = b"0123456789abcdef"
+_FMIX_1 = 0xFF51AFD7ED558CCD
+_FMIX_2 = 0xC4CEB9FE1A85EC53
+_U64_33, _U64_32 = np.uint64(33), np.uint64(32)
+_U64_FMIX_1, _U64_FMIX_2 = np.uint64(_FMIX_1), np.uint64(_FMIX_2)
+
+
+def _fmix64(x: int) -> int:
+    """MurmurHash3's 64-bit finaliser (a bijection that mixes every bit)."""
+    x ^= x >> 33
+    x = (x * _FMIX_1) & _MASK64
+    x ^= x >> 33
+    x = (x * _FMIX_2) & _MASK64
+    return x ^ (x >> 33)
+
+
+def _fmix64_array(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """``_fmix64`` over an array, in place (uint64 arithmetic wraps like the
+    masked ints)."""
+    s = _U64_33
+    x ^= x >> s
+    np.multiply(x, _U64_FMIX_1, out=x)
+    x ^= x >> s
+    np.multiply(x, _U64_FMIX_2, out=x)
+    x ^= x >> s
+    return x
+
+
+def kv_chunk_split(encoded_key: bytes) -> tuple[bytes, int] | None:
+    """(key prefix, chunk hash) of a canonical KV block key, else None.
+
+    Canonical means kind KV_BLOCK and a key ending in ``@`` and 16 lowercase
+    hex digits (a 64-bit chunk hash, as LMCache's), which is how the KV service
+    names blocks (``tiermem.kv_keys``). Such keys are hashed from the prefix's
+    hash and the chunk hash (``kv_chain_halves``), so the index probe of a
+    1,000-chunk chain is vectorised instead of building and hashing 1,000 keys.
+    """
+    if encoded_key[-17:-16] != b"@" or encoded_key[-16:].translate(None, _LOWER_HEX):
+        return None
+    nul = encoded_key.find(b"\x00")
+    if nul < 0 or nul + 1 >= len(encoded_key) - 16 or encoded_key[nul + 1] != _KV_KIND:
+        return None
+    return encoded_key[:-16], int(encoded_key[-16:], 16)
+
+
+def kv_chain_halves(
+    prefix: bytes, chunks: npt.NDArray[np.uint64]
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+    """(high, low) halves of the keys ``prefix + hex(chunk)`` for many chunks:
+    the same values ``key_hash`` gives each canonical KV key. Both halves mix
+    the chunk with an independent half of the prefix's xxh3-128 hash: within a
+    scope neither half collides (the mix is a bijection), across scopes a full
+    collision needs two 64-bit coincidences."""
+    p = xxhash.xxh3_128_intdigest(prefix)
+    c = chunks.astype(np.uint64, copy=False)
+    hi = _fmix64_array(c ^ np.uint64(p >> 64))
+    lo = c << _U64_32
+    lo |= c >> _U64_32
+    lo ^= np.uint64(p & _MASK64)
+    return hi, _fmix64_array(lo)
 
 
 def key_hash(encoded_key: bytes) -> tuple[int, int]:
-    """(high, low) 64-bit halves of the key's xxh3-128 hash."""
-    h = xxhash.xxh3_128_intdigest(encoded_key)
-    return h >> 64, h & _MASK64
+    """(high, low) 64-bit halves of the key's hash: xxh3-128 of the key, or for
+    a canonical KV block key the chunk mixed with its prefix's hash
+    (``kv_chain_halves``)."""
+    split = kv_chunk_split(encoded_key)
+    if split is None:
+        h = xxhash.xxh3_128_intdigest(encoded_key)
+        return h >> 64, h & _MASK64
+    prefix, chunk = split
+    p = xxhash.xxh3_128_intdigest(prefix)
+    rotated = ((chunk << 32) | (chunk >> 32)) & _MASK64
+    return _fmix64(chunk ^ (p >> 64)), _fmix64(rotated ^ (p & _MASK64))
+
+
+def key_digest(encoded_key: bytes) -> bytes:
+    """``key_hash`` as 16 bytes, high half then low half, big-endian."""
+    if encoded_key[-17:-16] != b"@":  # cannot be a canonical KV key: one C call
+        return _xxh3_128_digest(encoded_key)
+    hi, lo = key_hash(encoded_key)
+    return ((hi << 64) | lo).to_bytes(16, "big")
+
+
+_xxh3_128_digest = xxhash.xxh3_128_digest
 
 
 class ObjectIndex:
@@ -140,11 +221,29 @@ class ObjectIndex:
             return np.zeros(0, dtype=np.int64)
         digest = key_digest
         halves = np.frombuffer(b"".join([digest(k) for k in encoded_keys]), dtype=">u8")
-        his = halves[0::2].tolist()
+        return self._rows_of(halves[0::2], halves[1::2], encoded_keys)
+
+    def find_kv_chain(
+        self, prefix: bytes, chunks: npt.NDArray[np.uint64], encoded_keys: Sequence[bytes]
+    ) -> npt.NDArray[np.int64]:
+        """``find_many`` of the canonical KV keys ``prefix + hex(chunk)``
+        (``encoded_keys`` lists them; it is read only on a high-half collision)
+        with the hashes computed vectorised."""
+        if not len(chunks):
+            return np.zeros(0, dtype=np.int64)
+        hi, lo = kv_chain_halves(prefix, chunks)
+        return self._rows_of(hi, lo, encoded_keys)
+
+    def _rows_of(
+        self,
+        hi: npt.NDArray[np.uint64],
+        lo: npt.NDArray[np.uint64],
+        encoded_keys: Sequence[bytes],
+    ) -> npt.NDArray[np.int64]:
         table_get = self._rows.get
-        rows = np.array([table_get(h, -1) for h in his], dtype=np.int64)
+        rows = np.array([table_get(h, -1) for h in hi.tolist()], dtype=np.int64)
         hit = rows >= 0
-        bad = hit & (self.cols["check"][np.where(hit, rows, 0)] != halves[1::2])
+        bad = hit & (self.cols["check"][np.where(hit, rows, 0)] != lo)
         rows[bad] = -1
         if self._overflow:
             for i in np.flatnonzero(rows < 0):

@@ -32,7 +32,11 @@ from tiermem.server.model import Durability, Kind, ObjectKey, ObjectMeta
 from tiermem.server.protoconv import meta_to_proto
 from tiermem.v1 import common_pb2
 
-VERSION = 1
+#: Version 2 hashes canonical KV block keys with ``index.kv_chain_halves``;
+#: version 1 (readable) hashed every key with xxh3-128, so recovery rehashes
+#: version-1 KV records (``needs_rehash``).
+VERSION = 2
+READABLE_VERSIONS = frozenset({1, 2})
 #: Header flag: the object has a copy on SSD (records without one are volatile).
 FLAG_ON_SSD = 8
 #: Header flag: the object is owned by a session (recovery parses only these).
@@ -107,7 +111,7 @@ def encode(meta: ObjectMeta, encoded_key: bytes, ns_id: int, seg: int, seg_off: 
 
 
 def decode(raw: bytes) -> StoredRecord:
-    if len(raw) < HEADER.size or raw[0] != VERSION:
+    if len(raw) < HEADER.size or raw[0] not in READABLE_VERSIONS:
         raise Corrupted(f"catalog record of {len(raw)} bytes has an unknown format")
     fields = HEADER.unpack_from(raw)
     flags, seg, seg_off = fields[2], fields[6], fields[7]

@@ -86,13 +86,48 @@ class KvScope:
     def object_key(self, chunk_hash: bytes) -> ObjectKey:
         return ObjectKey(self.namespace, Kind.KV_BLOCK, self.key_prefix() + chunk_hash.hex())
 
-    def encoded_keys(self, chunk_hashes: Sequence[bytes]) -> list[bytes]:
+    def encoded_keys(self, chunk_hashes: Sequence[bytes]) -> ChunkKeys:
         """Catalog keys of the chunks (``ObjectKey.encode`` without the objects)."""
         base = ObjectKey(self.namespace, Kind.KV_BLOCK, self.key_prefix()).encode()
-        if isinstance(chunk_hashes, PackedHashes):
-            packed, width = chunk_hashes.packed, chunk_hashes.width
-            return [base + hexlify(packed[i : i + width]) for i in range(0, len(packed), width)]
-        return [base + hexlify(h) for h in chunk_hashes]
+        return ChunkKeys(base, chunk_hashes)
+
+
+class ChunkKeys(Sequence[bytes]):
+    """The catalog keys of a chain's chunks, built when read: a lookup of a
+    chain of 64-bit hashes probes the index from ``chunks()`` alone
+    (``ObjectIndex.find_kv_chain``) and never needs most of the keys."""
+
+    def __init__(self, base: bytes, chunk_hashes: Sequence[bytes]) -> None:
+        self.base = base
+        self._hashes = chunk_hashes
+
+    def __len__(self) -> int:
+        return len(self._hashes)
+
+    @overload
+    def __getitem__(self, i: int) -> bytes: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[bytes]: ...
+    def __getitem__(self, i: int | slice) -> bytes | Sequence[bytes]:
+        if isinstance(i, slice):
+            return [self.base + hexlify(h) for h in self._hashes[i]]
+        return self.base + hexlify(self._hashes[i])
+
+    def __iter__(self) -> Iterator[bytes]:
+        base = self.base
+        return iter([base + hexlify(h) for h in self._hashes])
+
+    def chunks(self) -> npt.NDArray[np.uint64] | None:
+        """The chunk hashes as big-endian 64-bit integers when every one is 8
+        bytes (the canonical KV key form, see ``index.kv_chunk_split``), else None."""
+        hashes = self._hashes
+        if isinstance(hashes, PackedHashes):
+            if hashes.width != 8:
+                return None
+            return np.frombuffer(hashes.packed, dtype=">u8").astype(np.uint64)
+        if set(map(len, hashes)) != {8}:
+            return None
+        return np.frombuffer(b"".join(hashes), dtype=">u8").astype(np.uint64)
 
 
 class PackedHashes(Sequence[bytes]):
@@ -462,16 +497,20 @@ class KvService:
     # -- lookup / prefetch ------------------------------------------------------------
     def _probe(
         self, scope: KvScope, chunk_hashes: Sequence[bytes], limit: int, what: str
-    ) -> tuple[list[bytes], npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
+    ) -> tuple[ChunkKeys, npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
         """Validate, then the chunks' catalog keys, index rows (-1 = absent) and
         serving tiers, read under one lock hold with one vectorised index probe."""
         scope.checked()
         check_hashes(chunk_hashes, limit, what)
         keys = scope.encoded_keys(chunk_hashes)
         catalog = self.store.catalog
+        chunks = keys.chunks()
         with self.store.lock:
             catalog.namespace_id(scope.namespace)
-            rows = catalog.index.find_many(keys)
+            if chunks is not None:
+                rows = catalog.index.find_kv_chain(keys.base, chunks, keys)
+            else:
+                rows = catalog.index.find_many(keys)
             tiers = catalog.index.cols["tier"][np.maximum(rows, 0)]
         return keys, rows, tiers
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -30,9 +31,10 @@ from tiermem.server.catalog.index import (
     HINT_MASK,
     HINT_SHIFT,
     SEG_INLINE,
+    key_hash,
 )
 from tiermem.server.heap import return_free_heap
-from tiermem.server.model import ObjectKey, Tier
+from tiermem.server.model import Kind, ObjectKey, Tier
 from tiermem.server.services.damage import DamageLog
 from tiermem.server.storage.rocks import ScanGap
 from tiermem.server.tiers.segments import ALIGN
@@ -74,7 +76,7 @@ def recover(catalog: Catalog, ssd: SsdEngine, damage: DamageLog | None = None) -
     keys: list[bytes] = []
     raws: list[bytes] = []
     for encoded, raw in catalog.rocks.scan_salvage("objects", report.catalog_gaps):
-        if len(raw) < records.HEADER.size or raw[0] != records.VERSION:
+        if len(raw) < records.HEADER.size or raw[0] not in records.READABLE_VERSIONS:
             if damage is not None:
                 damage.add(encoded, "catalog", "catalog record has an unknown format")
             continue
@@ -171,7 +173,8 @@ def _load(
                     f"{ObjectKey.decode(keys[row])}: segment file {int(seg[row])} {what}",
                 )
     index = catalog.index
-    rows = index.insert_many(h["key_hi"], h["key_lo"], keys.__getitem__)
+    key_hi, key_lo = _key_hashes(h, keys)
+    rows = index.insert_many(key_hi, key_lo, keys.__getitem__)
     c = index.cols
     c["kind"][rows] = h["kind"]
     np.add.at(catalog.ns_usage[:, 0], h["ns"].astype(np.int64), 1)
@@ -205,3 +208,17 @@ def _aligned_entry_bytes(key_len: Int64s, size: Int64s) -> Int64s:
     """Vectorised ``segments.entry_bytes``."""
     raw: Int64s = SEGMENT_HEADER.size + key_len + size
     return (raw + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _key_hashes(
+    h: npt.NDArray[Any], keys: list[bytes]
+) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.uint64]]:
+    """The records' key hashes. Version-1 records hold the xxh3 hash of every
+    key; KV block keys are now hashed by ``index.kv_chain_halves``
+    (``records.VERSION``), so theirs are recomputed (only those rows pay a
+    Python call)."""
+    hi = h["key_hi"].astype(np.uint64)
+    lo = h["key_lo"].astype(np.uint64)
+    for i in np.flatnonzero((h["version"] == 1) & (h["kind"] == int(Kind.KV_BLOCK))).tolist():
+        hi[i], lo[i] = key_hash(keys[i])
+    return hi, lo
