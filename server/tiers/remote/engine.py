@@ -68,6 +68,8 @@ def release_all(values: Iterable[RemoteValue | Corrupted | None]) -> None:
 
 #: Pause between retries of a failed operation (seconds).
 RETRY_BACKOFF_S = 0.05
+#: Parts a read is cut into by default, per backend (``tiers.remote.read_parallel``).
+READ_PARALLEL = {"redis_cluster": 4, "mooncake": 1}
 #: Piece of a payload copied, then hashed while it is in cache (``copy_verified``).
 VERIFY_PIECE_BYTES = 1 << 20
 
@@ -125,6 +127,7 @@ class RemoteTier:
         self._used = used_bytes
         self._pool = ThreadPoolExecutor(config.max_inflight, thread_name_prefix="tiermem-remote")
         self._slots = threading.BoundedSemaphore(config.max_inflight)
+        self._read_parallel = config.read_parallel or READ_PARALLEL[config.backend]
         metrics.remote_available.set(1)
 
     # -- engine surface (stats, planner) ------------------------------------------------
@@ -228,7 +231,7 @@ class RemoteTier:
             waiting.append((part, keys, names, pending))
             return True
 
-        depth = min(self.config.read_parallel, self.config.max_inflight)
+        depth = min(self._read_parallel, self.config.max_inflight)
         try:
             while todo or waiting:
                 if not waiting:
@@ -279,7 +282,7 @@ class RemoteTier:
         at least ``read_part_min_objects`` (fewer for few objects), each at most
         ``batch_max_objects``."""
         cfg = self.config
-        count = max(1, min(cfg.read_parallel, n // cfg.read_part_min_objects))
+        count = max(1, min(self._read_parallel, n // cfg.read_part_min_objects))
         count = max(count, -(-n // cfg.batch_max_objects))
         bounds = [n * k // count for k in range(count + 1)]
         return [range(a, b) for a, b in pairwise(bounds) if b > a]
