@@ -13,8 +13,13 @@ and closes the breaker again if it works. Each failure is a metric and a log
 line; callers get ``Unavailable`` and fall back (serve local tiers, drop CACHE
 objects instead of demoting them).
 
+A get of many objects (``read``) is cut into parts that are on the wire at once
+(``read_parallel``), yielded in order so the caller verifies and stores one part
+while the next arrive.
+
 Values are written as header + payload (``codec``); reads check the header and
-callers verify the payload against the object's checksum with ``verify``.
+callers verify the payload against the object's checksum with ``verify``, or
+hash the copy they make of it with ``copy_verified``.
 """
 
 from __future__ import annotations
@@ -244,7 +249,7 @@ class RemoteTier:
                 yield part, self._decoded(keys, names, raw)
         finally:
             for _part, _keys, _names, pending in waiting:
-                pending.future.add_done_callback(partial(self._drop_raw, "get"))
+                pending.future.add_done_callback(self._drop_raw)
 
     def _decoded(
         self, keys: list[ObjectKey], names: list[str], raw: _Raw
@@ -269,7 +274,7 @@ class RemoteTier:
         self._count_objects("get", found, len(out) - found, "missing")
         return out
 
-    def _drop_raw(self, op: str, future: Future[_Raw]) -> None:
+    def _drop_raw(self, future: Future[_Raw]) -> None:
         """A part's answer nobody will read (its read was abandoned): free it."""
         if future.cancelled() or future.exception() is not None:
             return
