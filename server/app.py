@@ -203,6 +203,8 @@ class Daemon:
         store = self.store
         self.metrics.leases_active.set_function(lambda: store.leases.active)
         self.dataplane = DataPlane(self.objects, cfg, self.metrics)
+        if self.remote is not None:
+            self.dataplane.fill_from(self.remote.fill)
         self._build_agent_memory(data_dir)
         self.vectors = VectorService(
             cfg.vectors, self.store, data_dir / "vectors", cfg.server.max_message_bytes - 65536

@@ -184,6 +184,14 @@ class RemoteTierConfig(TierConfig):
     """Most objects in one remote batch (put, get, exists, delete)."""
     batch_max_bytes: ByteSize = ByteSize(64 * MiB)
     """Most value bytes in one remote get or put batch (bytes)."""
+    read_parallel: int = Field(default=0, ge=0, le=64)
+    """Parts one read of several objects is cut into, fetched at once (at most
+    max_inflight): while one part is verified and stored here, the next ones are
+    still on the wire. 0: the backend's own choice (4 for redis_cluster; 1 for
+    mooncake, whose transfer engine already moves a batch's values in parallel, so
+    that more parts only add master round trips)."""
+    read_part_min_objects: int = Field(default=2, ge=1, le=65_536)
+    """Fewest objects in one such part (a part is one remote batch)."""
     max_value_bytes: ByteSize = ByteSize(256 * MiB)
     """Largest object placed on the remote tier (bytes; Redis allows at most 512 MiB per
     value, Mooncake at most mooncake.local_buffer_bytes); larger ones are dropped instead."""

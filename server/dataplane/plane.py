@@ -5,6 +5,7 @@ on shutdown; the background worker calls ``reap_expired``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tiermem.dataplane_wire import VERSION, host_id
@@ -14,6 +15,7 @@ from tiermem.server.dataplane.limits import ByteBudget
 from tiermem.server.dataplane.shm import ArenaInfo, SharedMemoryPlane
 from tiermem.server.dataplane.transfers import BulkTransfers
 from tiermem.server.metrics import Metrics
+from tiermem.server.model import ObjectKey
 from tiermem.server.services.leases import Lease, LeaseTable
 from tiermem.server.services.objects import ObjectService
 
@@ -44,6 +46,12 @@ class DataPlane:
         self._bulk = BulkServer(self.transfers, dp.bulk, metrics) if dp.bulk.enabled else None
         metrics.dataplane_leases_active.set_function(lambda: len(self.leases))
         metrics.bulk_tickets_active.set_function(lambda: len(self.transfers.tickets))
+
+    def fill_from(self, fill: Callable[[Sequence[ObjectKey]], None]) -> None:
+        """Reads of objects not held here first bring them in with ``fill`` (the
+        remote tier's ``RemoteService.fill``)."""
+        self.shm.fill = fill
+        self.transfers.fill = fill
 
     def _lease_ended(self, lease: Lease, how: str) -> None:
         self._metrics.dataplane_lease_ends.labels(lease.kind.value, how).inc()

@@ -99,6 +99,9 @@ class SharedMemoryPlane:
         self._metrics = metrics
         engine = objects.store.memory.get(Tier.DRAM)
         self.arena = engine if config.shm_enabled and isinstance(engine, DramEngine) else None
+        #: brings objects not held here in from the remote tier before a read
+        #: (``RemoteService.fill``; set by the daemon when it has one)
+        self.fill: Callable[[Sequence[ObjectKey]], None] | None = None
 
     # -- what clients need to map the arena ---------------------------------------------
     def info(self) -> ArenaInfo | None:
@@ -247,6 +250,8 @@ class SharedMemoryPlane:
         the session the client acts as (what it may read is checked as for Get)."""
         arena = self._require_arena()
         self._check_batch(len(keys), "Lease")
+        if self.fill is not None:
+            self.fill(keys)
         inline_max = min(inline_max_bytes or self._config.inline_max_bytes, self._inline_cap())
         opened: list[tuple[ObjectMeta, Region | None, bytes | None]] = []
         try:

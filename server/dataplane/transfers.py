@@ -209,6 +209,9 @@ class BulkTransfers:
         self.tickets = TicketTable(config.bulk.max_tickets, clock)
         #: HOST:PORT clients connect to; set by the server once it listens ("" = off).
         self.address = ""
+        #: brings objects not held here in from the remote tier before a read
+        #: (``RemoteService.fill``; set by the daemon when it has one)
+        self.fill: Callable[[Sequence[ObjectKey]], None] | None = None
 
     def _check_batch(self, n: int, what: str) -> None:
         if not self.address:
@@ -299,6 +302,8 @@ class BulkTransfers:
         """Open every object (read leases held until sent) and issue the ticket.
         ``caller`` is the session the client acts as (checked as for Get)."""
         self._check_batch(len(keys), "BeginGet")
+        if self.fill is not None:
+            self.fill(keys)
         inline_max = min(
             inline_max_bytes or self._config.inline_max_bytes, self._config.inline_max_bytes
         )

@@ -48,10 +48,12 @@ from tiermem.server.errors import (
     Unavailable,
 )
 from tiermem.server.model import Durability, Kind, ObjectKey, ObjectMeta, Tier
+from tiermem.server.services.guard import Role
 from tiermem.server.services.objects import ObjectService, PutSpec
 from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.store import Store, ValueRead
 from tiermem.server.tiers.remote import RemoteTier, RemoteValue
+from tiermem.server.tiers.remote.engine import release_all
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,9 @@ class RemoteService:
         self.catalog = store.catalog
         self.kinds = frozenset(Kind[name] for name in config.kinds)
         self._ops: deque[_Op] = deque()
+        #: keys with a publish waiting in ``_ops`` (a put of one of them again is
+        #: carried by that publish, which reads the object when its turn comes)
+        self._queued_keys: set[bytes] = set()
         self._queued_bytes = 0
         self._deletes = 0
         self._busy = False
@@ -133,14 +138,18 @@ class RemoteService:
         if meta.key.kind not in self.kinds:
             return
         size = meta.size_bytes
+        key = meta.key.encode()
         m = self.store.metrics
         with self._cond:
+            if key in self._queued_keys:
+                return  # the waiting publish will upload this version
             if not self.remote.fits(size) or self._queued_bytes + size > int(
                 self.config.publish_queue_bytes
             ):
                 m.remote_published.labels("skipped").inc()
                 return
-            self._ops.append(_Op(False, meta.key.encode(), size))
+            self._ops.append(_Op(False, key, size))
+            self._queued_keys.add(key)
             self._queued_bytes += size
             m.remote_publish_queue_bytes.set(self._queued_bytes)
             self._cond.notify()
@@ -165,6 +174,8 @@ class RemoteService:
                 break
             batch.append(self._ops.popleft())
             nbytes += op.size
+        if not first.delete:
+            self._queued_keys.difference_update(op.key for op in batch)
         return batch
 
     def _run(self) -> None:
@@ -196,7 +207,10 @@ class RemoteService:
                         self._queued_bytes -= sum(op.size for op in batch)
                         # a failed upload goes to the back of the queue (bounded tries)
                         for op in retry:
+                            if op.key in self._queued_keys:
+                                continue  # put again meanwhile: that publish carries it
                             self._ops.append(op)
+                            self._queued_keys.add(op.key)
                             self._queued_bytes += op.size
                         self.store.metrics.remote_publish_queue_bytes.set(self._queued_bytes)
                     if retry and not self._stop:
@@ -291,73 +305,102 @@ class RemoteService:
             self.store.forget_stale(key, entry)
 
     # -- reads ------------------------------------------------------------------------
-    def pull(self, keys: Sequence[bytes]) -> dict[bytes, RemoteValue | None]:
-        """Fetch, in one batch, the objects among ``keys`` that are not held locally
-        (no catalog entry, or served from the remote tier). Returns what to serve
-        for each: its verified value (release it), or None for a miss (not in the
-        store; a stale entry is removed). Objects this daemon never had are adopted
-        (stored locally with a catalog entry), demoted ones may be promoted, both
-        from the bytes just read. Keys held locally, and every key while the store
-        is unavailable, are left out: read them the ordinary way. Raises Corrupted
-        for a payload that fails its checksum."""
+    def pull(self, keys: Sequence[bytes], touch: bool = True) -> dict[bytes, RemoteValue | None]:
+        """Fetch the objects among ``keys`` that are not held locally (no catalog
+        entry, or served from the remote tier), in parts that are on the wire at
+        once (``RemoteTier.read``). Returns what to serve for each: its verified
+        value (release it), or None for a miss (not in the store; a stale entry is
+        removed). Objects this daemon never had are adopted (stored locally with a
+        catalog entry), demoted ones may be promoted, both from the bytes just
+        read, part by part while later parts arrive. Keys held locally, and keys
+        not fetched because the store is unavailable, are left out: read them the
+        ordinary way. Raises Corrupted for a payload that fails its checksum.
+        ``touch``: count an access to adopted objects (False when the caller reads
+        them locally right after, which counts it)."""
         store, catalog = self.store, self.catalog
         with store.lock:
             entries = {k: catalog.find(k) for k in keys}
         wanted = [k for k, e in entries.items() if e is None or e.tier == Tier.REMOTE]
-        if not wanted:
-            return {}
-        try:
-            values = self.remote.get(wanted)
-        except Unavailable:
-            return {}
         out: dict[bytes, RemoteValue | None] = {}
+        if not wanted:
+            return out
+        parts = self.remote.read(wanted)
         try:
-            for key, value in zip(wanted, values, strict=True):
-                entry = entries[key]
-                if isinstance(value, Corrupted):
-                    raise value
-                if value is None:
-                    if entry is not None:
-                        store.forget_stale(key, entry)
-                    out[key] = None
-                    continue
-                if entry is None:
-                    out[key] = value
-                    self.remote.verify(value, value.meta.checksum, value.meta.size_bytes)
-                    self._count_read(value.meta.key.kind)
-                    self.adopt(value)
-                    continue
-                if (value.meta.checksum, value.meta.size_bytes) != (entry.checksum, entry.size):
-                    value.release()  # another daemon's version replaced ours: a miss
-                    store.forget_stale(key, entry)
-                    out[key] = None
-                    continue
-                out[key] = value
-                self.remote.verify(value, entry.checksum, entry.size)
-                self._count_read(entry.kind)
-                self._promote_from(key, value)
+            for part, values in parts:
+                for n, (i, value) in enumerate(zip(part, values, strict=True)):
+                    try:
+                        out[wanted[i]] = self._take(wanted[i], entries[wanted[i]], value, touch)
+                    except BaseException:
+                        release_all(values[n + 1 :])
+                        raise
+        except Unavailable:
+            pass  # counted and logged by the engine; what arrived is served
         except BaseException:
-            for served in out.values():
-                if served is not None:
-                    served.release()
-            for rest in values[len(out) :]:
-                if isinstance(rest, RemoteValue):
-                    rest.release()
+            release_all(out.values())
             raise
+        finally:
+            parts.close()  # parts still on the wire are dropped when they arrive
         return out
+
+    def _take(
+        self, key: bytes, entry: Entry | None, value: RemoteValue | Corrupted | None, touch: bool
+    ) -> RemoteValue | None:
+        """What to serve for one fetched value (see ``pull``); the value is released
+        unless it is returned."""
+        store = self.store
+        if isinstance(value, Corrupted):
+            raise value
+        if value is None:
+            if entry is not None:
+                store.forget_stale(key, entry)
+            return None
+        try:
+            if entry is None:
+                # adopting verifies the copy it makes (and so the payload)
+                if not self.adopt(value, touch):
+                    self.remote.verify(value, value.meta.checksum, value.meta.size_bytes)
+                self._count_read(value.meta.key.kind)
+                return value
+            if (value.meta.checksum, value.meta.size_bytes) != (entry.checksum, entry.size):
+                value.release()  # another daemon's version replaced ours: a miss
+                store.forget_stale(key, entry)
+                return None
+            self.remote.verify(value, entry.checksum, entry.size)
+            self._count_read(entry.kind)
+            self._promote_from(key, value)
+        except BaseException:
+            value.release()
+            raise
+        return value
+
+    def fill(self, keys: Sequence[ObjectKey]) -> None:
+        """Bring the objects among ``keys`` that this daemon does not hold, of the
+        kinds it shares, from the remote store into its local tiers before they
+        are read locally (the data plane calls this, so a shared-memory or bulk
+        read of a block another daemon wrote is one request). Checks first that
+        the caller may read each namespace (PermissionDenied, as the read would).
+        Misses and an unavailable store are left to the read that follows."""
+        shared = [k for k in keys if k.kind in self.kinds]
+        if not shared:
+            return
+        for namespace in {k.namespace for k in shared}:
+            self.store.guard.authorize(namespace, Role.READ)
+        self._bring_in([k.encode() for k in shared], touch=False)
 
     def fetch(self, keys: Sequence[bytes]) -> int:
         """Bring objects this daemon does not hold from the remote store into its
         local tiers (``pull`` in batches, values released at once). Returns how
         many are held locally afterwards; misses and an unavailable store count 0."""
-        step = self.config.batch_max_objects
-        for start in range(0, len(keys), step):
-            for value in self.pull(keys[start : start + step]).values():
-                if value is not None:
-                    value.release()
+        self._bring_in(keys)
         with self.store.lock:
             held = [self.catalog.find(k) for k in keys]
         return sum(1 for e in held if e is not None and e.tier != Tier.REMOTE)
+
+    def _bring_in(self, keys: Sequence[bytes], touch: bool = True) -> None:
+        """``pull`` a window of keys at a time, values released at once."""
+        step = self.config.batch_max_objects
+        for start in range(0, len(keys), step):
+            release_all(self.pull(keys[start : start + step], touch).values())
 
     def _count_read(self, kind: Kind) -> None:
         self.store.metrics.count_read(kind.name, Tier.REMOTE.name, self.store.tier_names())
@@ -378,11 +421,14 @@ class RemoteService:
         except TiermemError:
             log.exception("promotion of %s from the remote tier failed", ObjectKey.decode(key))
 
-    def adopt(self, value: RemoteValue) -> bool:
-        """Store an object another daemon wrote (found in the remote store, payload
-        verified) as a local CACHE object with a catalog entry marked as having a
-        remote copy. False when it cannot be placed now (no room, its namespace does
-        not exist here, someone stored the key meanwhile)."""
+    def adopt(self, value: RemoteValue, touch: bool = True) -> bool:
+        """Store an object another daemon wrote (found in the remote store) as a
+        local CACHE object with a catalog entry marked as having a remote copy,
+        verifying the copy against the value's checksum as it is made (Corrupted:
+        nothing is stored). True: adopted, and the payload is verified. False
+        when it cannot be placed now (no room, its namespace does not exist here,
+        someone stored the key meanwhile): nothing was verified. ``touch``: count
+        an access (see ``pull``)."""
         meta = value.meta
         key = meta.key
         encoded = key.encode()
@@ -411,7 +457,7 @@ class RemoteService:
             log.debug("not adopting %s: %s", key, exc)
             return False
         try:
-            reservation.buffer[:] = value.payload
+            self.remote.copy_verified(value, meta.checksum, reservation.buffer)
         except BaseException:
             self.objects.abort(reservation)
             raise
@@ -426,6 +472,7 @@ class RemoteService:
             entry = self.catalog.find(encoded)
             if entry is not None and entry.checksum == meta.checksum:
                 self.catalog.set_remote(entry.row, True)
-                self.catalog.touch(entry.row, encoded)
+                if touch:
+                    self.catalog.touch(entry.row, encoded)
         self.store.metrics.remote_adopted.inc()
         return True

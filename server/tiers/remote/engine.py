@@ -13,8 +13,13 @@ and closes the breaker again if it works. Each failure is a metric and a log
 line; callers get ``Unavailable`` and fall back (serve local tiers, drop CACHE
 objects instead of demoting them).
 
+A get of many objects (``read``) is cut into parts that are on the wire at once
+(``read_parallel``), yielded in order so the caller verifies and stores one part
+while the next arrive.
+
 Values are written as header + payload (``codec``); reads check the header and
-callers verify the payload against the object's checksum with ``verify``.
+callers verify the payload against the object's checksum with ``verify``, or
+hash the copy they make of it with ``copy_verified``.
 """
 
 from __future__ import annotations
@@ -22,16 +27,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from functools import partial
-from typing import NoReturn, TypeVar
+from itertools import pairwise
+from typing import Generic, NoReturn, TypeVar
 
+import numpy as np
 import xxhash
 
 from tiermem.server.config import RemoteTierConfig
-from tiermem.server.errors import Corrupted, Unavailable
+from tiermem.server.errors import Corrupted, InvariantViolation, Unavailable
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import ObjectKey, ObjectMeta, Tier
 from tiermem.server.tiers.remote.base import RemoteBackend, RemoteError
@@ -42,8 +51,33 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: What a backend's ``get_many`` answers.
+_Raw = list[tuple[memoryview, object] | None]
+
+
+@dataclass(slots=True)
+class _Pending(Generic[T]):
+    """An operation submitted to the pool and not waited for yet."""
+
+    op: str
+    future: Future[T]
+    deadline: float
+    started: float
+
+
+def release_all(values: Iterable[RemoteValue | Corrupted | None]) -> None:
+    """Release every RemoteValue among ``values``."""
+    for value in values:
+        if isinstance(value, RemoteValue):
+            value.release()
+
+
 #: Pause between retries of a failed operation (seconds).
 RETRY_BACKOFF_S = 0.05
+#: Parts a read is cut into by default, per backend (``tiers.remote.read_parallel``).
+READ_PARALLEL = {"redis_cluster": 4, "mooncake": 1}
+#: Piece of a payload copied, then hashed while it is in cache (``copy_verified``).
+VERIFY_PIECE_BYTES = 1 << 20
 
 
 def make_backend(config: RemoteTierConfig) -> RemoteBackend:
@@ -63,7 +97,7 @@ def _put(names: list[str], values: list[bytes], b: RemoteBackend) -> list[bool]:
     return b.put_many(names, values)
 
 
-def _get(names: list[str], b: RemoteBackend) -> list[tuple[memoryview, object] | None]:
+def _get(names: list[str], b: RemoteBackend) -> _Raw:
     return b.get_many(names)
 
 
@@ -99,6 +133,7 @@ class RemoteTier:
         self._used = used_bytes
         self._pool = ThreadPoolExecutor(config.max_inflight, thread_name_prefix="tiermem-remote")
         self._slots = threading.BoundedSemaphore(config.max_inflight)
+        self._read_parallel = config.read_parallel or READ_PARALLEL[config.backend]
         metrics.remote_available.set(1)
 
     # -- engine surface (stats, planner) ------------------------------------------------
@@ -161,27 +196,102 @@ class RemoteTier:
         header is damaged or names another object). Payloads are not verified yet:
         call ``verify``. Release every RemoteValue. Raises Unavailable."""
         out: list[RemoteValue | Corrupted | None] = []
-        for part in self._batches(list(range(len(encoded_keys))), None):
+        try:
+            for _part, values in self.read(encoded_keys):
+                out += values
+        except BaseException:
+            release_all(out)
+            raise
+        return out
+
+    def read(
+        self, encoded_keys: Sequence[bytes]
+    ) -> Generator[tuple[range, list[RemoteValue | Corrupted | None]], None, None]:
+        """The objects' values (as ``get``), part after part in order: each part is
+        one remote batch, and up to ``read_parallel`` of them are on the wire at
+        once, so the caller verifies and stores one part while the next ones
+        arrive. Yields (positions in ``encoded_keys``, their values); the caller
+        releases every RemoteValue it was given. Raises Unavailable (parts already
+        yielded stay valid; the rest are dropped)."""
+        parts = self._read_parts(len(encoded_keys))
+        waiting: deque[tuple[range, list[ObjectKey], list[str], _Pending[_Raw]]] = deque()
+        todo = deque(parts)
+
+        def start(first: bool) -> bool:
+            part = todo[0]
             keys = [ObjectKey.decode(encoded_keys[i]) for i in part]
             names = [remote_name(self.config.deployment, k) for k in keys]
-            raw = self._call("get", partial(_get, names))
-            for key, name, got in zip(keys, names, raw, strict=True):
-                if got is None:
-                    out.append(None)
-                    continue
-                view, owner = got
+            fn = partial(_get, names)
+            if first:
+                # nothing of this read in flight: wait a moment for a slot (one of
+                # our parts may be giving its own back)
+                pending = self._start("get", fn, slot_wait_s=0.0 if part is parts[0] else 0.05)
+            else:
+                if not self._slots.acquire(blocking=False):
+                    return False  # later, when a part of ours has finished
                 try:
-                    meta, payload = decode(view, key, name)
-                except Corrupted as exc:
-                    self.report_damage(exc.message)
-                    self._client().release(owner)
-                    out.append(exc)
-                    continue
-                self.metrics.remote_bytes.labels("in").inc(len(payload))
-                out.append(RemoteValue(meta, payload, partial(self._client().release, owner)))
+                    pending = self._start("get", fn, slot_held=True)
+                except Unavailable:
+                    return False  # the breaker is probing: try again after it
+            todo.popleft()
+            waiting.append((part, keys, names, pending))
+            return True
+
+        depth = min(self._read_parallel, self.config.max_inflight)
+        try:
+            while todo or waiting:
+                if not waiting:
+                    start(first=True)
+                while todo and len(waiting) < depth and start(first=False):
+                    pass
+                part, keys, names, pending = waiting.popleft()
+                raw = self._finish(pending)
+                yield part, self._decoded(keys, names, raw)
+        finally:
+            for _part, _keys, _names, pending in waiting:
+                pending.future.add_done_callback(self._drop_raw)
+
+    def _decoded(
+        self, keys: list[ObjectKey], names: list[str], raw: _Raw
+    ) -> list[RemoteValue | Corrupted | None]:
+        out: list[RemoteValue | Corrupted | None] = []
+        client = self._client()
+        for key, name, got in zip(keys, names, raw, strict=True):
+            if got is None:
+                out.append(None)
+                continue
+            view, owner = got
+            try:
+                meta, payload = decode(view, key, name)
+            except Corrupted as exc:
+                self.report_damage(exc.message)
+                client.release(owner)
+                out.append(exc)
+                continue
+            self.metrics.remote_bytes.labels("in").inc(len(payload))
+            out.append(RemoteValue(meta, payload, partial(client.release, owner)))
         found = sum(1 for v in out if isinstance(v, RemoteValue))
         self._count_objects("get", found, len(out) - found, "missing")
         return out
+
+    def _drop_raw(self, future: Future[_Raw]) -> None:
+        """A part's answer nobody will read (its read was abandoned): free it."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        client = self._backend
+        for got in future.result():
+            if got is not None and client is not None:
+                client.release(got[1])
+
+    def _read_parts(self, n: int) -> list[range]:
+        """``range(n)`` cut into the parts of one read: ``read_parallel`` parts of
+        at least ``read_part_min_objects`` (fewer for few objects), each at most
+        ``batch_max_objects``."""
+        cfg = self.config
+        count = max(1, min(self._read_parallel, n // cfg.read_part_min_objects))
+        count = max(count, -(-n // cfg.batch_max_objects))
+        bounds = [n * k // count for k in range(count + 1)]
+        return [range(a, b) for a, b in pairwise(bounds) if b > a]
 
     def exists(self, encoded_keys: Sequence[bytes]) -> list[bool]:
         """Whether each object's value is in the store. Raises Unavailable."""
@@ -217,6 +327,27 @@ class RemoteTier:
                 f"remote copy of {value.meta.key} does not match its checksum "
                 f"{checksum:x} ({len(value.payload)} of {size} bytes)"
             )
+            self.report_damage(message)
+            raise Corrupted(message)
+
+    def copy_verified(self, value: RemoteValue, checksum: int, into: memoryview) -> None:
+        """Copy the payload into ``into`` (exactly its size), hashing the copy as it
+        is made (each piece while it is still in cache): raise Corrupted, counted
+        as ``verify`` does, unless the copy hashes to ``checksum``. The payload
+        itself is then verified too (it is what was copied)."""
+        payload = value.payload
+        size = len(payload)
+        if len(into) != size:
+            raise InvariantViolation(f"copy of {size} bytes into a buffer of {len(into)}")
+        hasher = xxhash.xxh3_64()
+        src = np.frombuffer(payload, dtype=np.uint8)
+        dst = np.frombuffer(into, dtype=np.uint8)
+        for start in range(0, size, VERIFY_PIECE_BYTES):
+            end = min(size, start + VERIFY_PIECE_BYTES)
+            np.copyto(dst[start:end], src[start:end])  # lets other threads run meanwhile
+            hasher.update(into[start:end])
+        if hasher.intdigest() != checksum:
+            message = f"remote copy of {value.meta.key} does not match its checksum {checksum:x}"
             self.report_damage(message)
             raise Corrupted(message)
 
@@ -270,8 +401,22 @@ class RemoteTier:
 
     def _call(self, op: str, fn: Callable[[RemoteBackend], T]) -> T:
         """Run ``fn`` on the pool within the deadline, with retries, through the breaker."""
+        return self._finish(self._start(op, fn))
+
+    def _start(
+        self,
+        op: str,
+        fn: Callable[[RemoteBackend], T],
+        *,
+        slot_wait_s: float = 0.0,
+        slot_held: bool = False,
+    ) -> _Pending[T]:
+        """Submit ``fn`` to the pool (a slot, then the breaker); ``_finish`` waits
+        for it. ``slot_held``: the caller already took the slot."""
         m = self.metrics
-        if not self._slots.acquire(blocking=False):
+        if not slot_held and not self._slots.acquire(
+            blocking=slot_wait_s > 0, timeout=slot_wait_s if slot_wait_s > 0 else None
+        ):
             m.remote_ops.labels(op, "refused").inc()
             raise Unavailable(
                 f"remote tier ({self.device}): {self.config.max_inflight} operations already "
@@ -305,8 +450,14 @@ class RemoteTier:
             self.breaker.failure()
             raise Unavailable("remote tier is closed") from None
         future.add_done_callback(lambda _f: self._slots.release())
+        return _Pending(op, future, deadline, started)
+
+    def _finish(self, pending: _Pending[T]) -> T:
+        """Wait for a submitted operation until its deadline; count the outcome."""
+        m = self.metrics
+        op = pending.op
         try:
-            result = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            result = pending.future.result(timeout=max(0.0, pending.deadline - time.monotonic()))
         except FutureTimeout:
             self._failed(op, "timeout", f"no answer within {self.config.op_timeout_s:g}s")
         except RemoteError as exc:
@@ -314,7 +465,7 @@ class RemoteTier:
         except Exception as exc:  # a client library raising something else
             log.exception("remote %s raised", op)
             self._failed(op, "failed", f"{type(exc).__name__}: {exc}")
-        m.remote_seconds.labels(op).observe(time.perf_counter() - started)
+        m.remote_seconds.labels(op).observe(time.perf_counter() - pending.started)
         m.remote_ops.labels(op, "ok").inc()
         if self.breaker.success():
             m.remote_available.set(1)
