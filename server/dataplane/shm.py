@@ -354,13 +354,7 @@ class SharedMemoryPlane:
         (e.g. a blob range read and verified straight from its payload file), so
         a local client copies it once instead of receiving it over a socket. The
         extent is freed when the lease ends."""
-        self._require_arena()
-        self._budget.take(size)
-        try:
-            reservation = self._objects.reserve(size, Profile(), kind, only=Tier.DRAM)
-        except BaseException:
-            self._budget.give(size)
-            raise
+        reservation = self._reserve_staging(size, kind)
         try:
             fill(reservation.buffer)
             region = (reservation.location, size, lambda: self._drop(reservation), None)
@@ -378,13 +372,7 @@ class SharedMemoryPlane:
         units while the last are read. The extent is freed once the lease has
         ended and the filling has stopped, whichever comes last, so it is never
         reused while being written."""
-        self._require_arena()
-        self._budget.take(size)
-        try:
-            reservation = self._objects.reserve(size, Profile(), kind, only=Tier.DRAM)
-        except BaseException:
-            self._budget.give(size)
-            raise
+        reservation = self._reserve_staging(size, kind)
         extent = StagedExtent(reservation.buffer, lambda: self._drop(reservation))
         try:
             region = (reservation.location, size, extent.lease_ended, None)
@@ -395,6 +383,16 @@ class SharedMemoryPlane:
         extent.lease = lease
         self._metrics.dataplane_leases.labels("read").inc()
         return extent
+
+    def _reserve_staging(self, size: int, kind: Kind) -> Reservation:
+        """A fresh arena extent for a staged read, its bytes taken from the budget."""
+        self._require_arena()
+        self._budget.take(size)
+        try:
+            return self._objects.reserve(size, Profile(), kind, only=Tier.DRAM)
+        except BaseException:
+            self._budget.give(size)
+            raise
 
     def release(self, owner: str, lease_ids: Sequence[int]) -> int:
         """End leases: read leases released, uncommitted write leases aborted."""

@@ -833,11 +833,14 @@ class BlobService:
             self.metrics.blob_bytes.labels("grpc", "out").inc(plan.range.length)
             return plan
         content = self._content(record)
+        arena = dataplane.shm.arena
         if (
             streamed
             and "shm" in paths
-            and dataplane.shm.arena is not None
-            and plan.range.aligned_length >= 2 * int(self.config.read_unit_bytes)
+            and arena is not None
+            and 2 * int(self.config.read_unit_bytes)
+            <= plan.range.aligned_length
+            <= arena.capacity_bytes // 2  # else the bulk channel serves it
             and self.cache.tier(record.namespace, bytes(record.sha256)) != Tier.DRAM
         ):
             plan.grant = StreamGrant()  # the Download counts the read for the cache
