@@ -59,6 +59,7 @@ from tiermem.client.errors import (
 )
 from tiermem.client.fastpath import DataPlane
 from tiermem.client.fastpath.bulk import BulkBroken
+from tiermem.client.fastpath.shm import ArenaMismatch
 from tiermem.v1 import blobs_pb2, blobs_pb2_grpc
 
 if HAVE_XXHASH:
@@ -875,8 +876,9 @@ class BlobClient:
         fast = self._fast_paths(path)
         if fast:
             request = blobs_pb2.OpenDownloadRequest(
-                ref=ref, offset=offset, length=length, paths=fast, lease_ttl_ms=lease_ttl_ms
-            )
+                ref=ref, offset=offset, length=length, paths=fast, lease_ttl_ms=lease_ttl_ms,
+                streamed="shm" in fast,
+            )  # fmt: skip
             reply = self._call(
                 lambda t: self._stub.OpenDownload(request, timeout=t, metadata=self._md()),
                 timeout_s,
@@ -886,6 +888,13 @@ class BlobClient:
             )
             size = int(reply.header.aligned_length)
             try:
+                if reply.stream:
+                    stream = blobs_pb2.DownloadRequest(
+                        ref=ref, offset=offset, length=length, paths=["shm"],
+                        lease_ttl_ms=lease_ttl_ms,
+                    )  # fmt: skip
+                    return self._streamed(stream, size, sink, verify, progress, timeout_s,
+                                          forced=path is not None)  # fmt: skip
                 if reply.HasField("inline"):
                     delivery.feed(memoryview(reply.inline))
                     delivery.done()
@@ -917,6 +926,91 @@ class BlobClient:
             )
         return self._from_grpc(ref, offset, length, sink, verify, progress, size, timeout_s)
 
+    def _streamed(
+        self,
+        request: blobs_pb2.DownloadRequest,
+        size: int,
+        sink: _Sink,
+        verify: Verify,
+        progress: Progress | None,
+        timeout_s: float | None,
+        forced: bool,
+    ) -> BlobInfo:
+        """A streamed download through shared memory: the daemon leases an extent,
+        reads and verifies the range into it and reports the verified prefix as
+        it grows; the caller's copy of each verified unit overlaps the reads of
+        the next ones. Bytes past the last reported prefix are never used; a
+        damaged block ends the stream with DATA_LOSS. Should the daemon send the
+        bytes on the stream instead (no room in its arena), they are taken like
+        the gRPC path's, unless ``forced`` (the caller asked for shm only)."""
+        arena = self._dp.offer().arena
+        if arena is None:
+            raise _Fallback()
+
+        def call(timeout: float) -> BlobInfo:
+            sink.rewind()
+            started = time.monotonic()
+            stream = self._stub.Download(request, timeout=timeout, metadata=self._md())
+            try:
+                header = next(stream).header
+                second = next(stream, None)
+                if second is not None and second.HasField("lease"):
+                    lease = second.lease
+                    try:
+                        delivery = _Delivery(header, verify, sink, progress, daemon_verified=True)
+                        self._copy_verified(arena, lease, delivery, stream, started)
+                    finally:
+                        self._dp.release_leases([lease.lease_id])
+                    self._dp.count("shm", gets=1, nbytes=int(header.length))
+                    return _info(header.info)
+                if forced:
+                    raise _Fallback()
+                delivery = _Delivery(header, verify, sink, progress)
+                for msg in [second] if second is not None else []:
+                    delivery.feed(memoryview(msg.data))
+                for msg in stream:
+                    delivery.feed(memoryview(msg.data))
+                delivery.done()
+                self._dp.count("grpc", gets=1, nbytes=int(header.length))
+                return _info(header.info)
+            finally:
+                stream.cancel()  # nothing once the stream has ended
+
+        return self._call(call, self._stream_timeout(size, timeout_s))  # type: ignore[no-any-return]
+
+    def _copy_verified(
+        self,
+        arena: Any,
+        lease: blobs_pb2.BlobLease,
+        delivery: _Delivery,
+        stream: Iterator[blobs_pb2.DownloadChunk],
+        started: float,
+    ) -> None:
+        """Deliver the leased region's bytes as the stream reports them verified."""
+        header = delivery.header
+        if lease.arena_id != arena.arena_id:
+            raise _Fallback()
+        try:
+            region = arena.region(int(lease.offset), int(lease.length))
+        except ArenaMismatch:
+            raise _Fallback() from None
+        start = int(header.aligned_offset) - int(lease.range_offset)
+        view = region.data[start : start + int(header.aligned_length)]
+        deadline = started + lease.ttl_ms / 1000.0
+        copied = 0
+        for msg in stream:
+            upto = int(msg.verified_bytes)
+            if not msg.HasField("verified_bytes") or not copied <= upto <= len(view):
+                raise ChecksumError(
+                    "DATA_LOSS", f"the daemon reported {upto} verified bytes after {copied}"
+                )
+            for pos in range(copied, upto, RECV_UNIT_BYTES):
+                if time.monotonic() >= deadline:
+                    raise _Fallback()  # the lease may run out: do not trust later bytes
+                delivery.feed(view[pos : min(pos + RECV_UNIT_BYTES, upto)])
+            copied = upto
+        delivery.done()
+
     def _from_shm(self, lease: blobs_pb2.BlobLease, delivery: _Delivery) -> None:
         started = time.monotonic()
         arena = self._dp.offer().arena
@@ -925,7 +1019,7 @@ class BlobClient:
                 raise _Fallback()
             region = arena.region(int(lease.offset), int(lease.length))
             header = delivery.header
-            start = int(header.aligned_offset)
+            start = int(header.aligned_offset) - int(lease.range_offset)
             view = region.data[start : start + int(header.aligned_length)]
             deadline = started + lease.ttl_ms / 1000.0
             for pos in range(0, len(view), RECV_UNIT_BYTES):

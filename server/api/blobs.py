@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import grpc
 
 from tiermem.server.api.convert import acting_session
 from tiermem.server.blobs import model
-from tiermem.server.blobs.model import BlobInfo, DownloadPlan, Filter, ShmGrant
+from tiermem.server.blobs.model import BlobInfo, DownloadPlan, Filter, ShmGrant, StreamGrant
 from tiermem.server.config import BlobsConfig
 from tiermem.server.dataplane.identity import grpc_principal
 from tiermem.server.dataplane.transfers import Ticket
@@ -22,6 +22,25 @@ PATHS = ("shm", "bulk", "grpc")
 
 def _owner(context: grpc.ServicerContext) -> str:
     return grpc_principal(context.invocation_metadata(), context.peer())
+
+
+def _paths(requested: Iterable[str]) -> list[str]:
+    paths = list(requested)
+    unknown = set(paths) - set(PATHS)
+    if unknown:
+        raise InvalidArgument(f"unknown data paths {sorted(unknown)}; known: {list(PATHS)}")
+    return paths
+
+
+def lease_to_proto(grant: ShmGrant) -> blobs_pb2.BlobLease:
+    return blobs_pb2.BlobLease(
+        lease_id=grant.lease_id,
+        arena_id=grant.arena_id,
+        offset=grant.offset,
+        length=grant.length,
+        ttl_ms=grant.ttl_ms,
+        range_offset=grant.range_offset,
+    )
 
 
 def info_to_proto(info: BlobInfo) -> blobs_pb2.BlobInfo:
@@ -169,10 +188,7 @@ class BlobServicer(blobs_pb2_grpc.BlobServiceServicer):
     def OpenDownload(
         self, request: blobs_pb2.OpenDownloadRequest, context: grpc.ServicerContext
     ) -> blobs_pb2.OpenDownloadResponse:
-        paths = list(request.paths)
-        unknown = set(paths) - set(PATHS)
-        if unknown:
-            raise InvalidArgument(f"unknown data paths {sorted(unknown)}; known: {list(PATHS)}")
+        paths = _paths(request.paths)
         plan = self._blobs.open_download(
             request.ref.namespace,
             request.ref.key,
@@ -182,45 +198,52 @@ class BlobServicer(blobs_pb2_grpc.BlobServiceServicer):
             paths=paths,
             owner=_owner(context),
             lease_ttl_ms=int(request.lease_ttl_ms),
+            streamed=bool(request.streamed),
         )
         reply = blobs_pb2.OpenDownloadResponse(header=header_to_proto(plan))
         grant = plan.grant
         if isinstance(grant, bytes):
             reply.inline = grant
         elif isinstance(grant, ShmGrant):
-            reply.shm.CopyFrom(
-                blobs_pb2.BlobLease(
-                    lease_id=grant.lease_id,
-                    arena_id=grant.arena_id,
-                    offset=grant.offset,
-                    length=grant.length,
-                    ttl_ms=grant.ttl_ms,
-                )
-            )
+            reply.shm.CopyFrom(lease_to_proto(grant))
         elif isinstance(grant, Ticket):
             reply.bulk.CopyFrom(ticket_to_proto(grant, self._bulk_address()))
+        elif isinstance(grant, StreamGrant):
+            reply.stream = True
         return reply
 
     def Download(
         self, request: blobs_pb2.DownloadRequest, context: grpc.ServicerContext
     ) -> Iterator[blobs_pb2.DownloadChunk]:
+        paths = _paths(request.paths)
         plan, views = self._blobs.download(
             request.ref.namespace,
             request.ref.key,
             int(request.offset),
             int(request.length),
             acting_session(context),
+            paths=paths,
+            owner=_owner(context) if paths else "",
+            lease_ttl_ms=int(request.lease_ttl_ms),
         )
         chunk = self._chunk
         try:
             yield blobs_pb2.DownloadChunk(header=header_to_proto(plan))
+            if isinstance(plan.grant, ShmGrant):
+                yield blobs_pb2.DownloadChunk(lease=lease_to_proto(plan.grant))
+                if plan.filled is None:  # the DRAM copy: all of it at once
+                    yield blobs_pb2.DownloadChunk(verified_bytes=plan.range.aligned_length)
+                for verified in plan.filled or ():
+                    yield blobs_pb2.DownloadChunk(verified_bytes=verified)
+                return
             for view in views:
                 for start in range(0, len(view), chunk):
                     yield blobs_pb2.DownloadChunk(data=bytes(view[start : start + chunk]))
         finally:
-            close = getattr(views, "close", None)
-            if close is not None:
-                close()
+            for it in (views, plan.filled):
+                close = getattr(it, "close", None)
+                if close is not None:
+                    close()
 
     # -- stat, delete, list, search ------------------------------------------------------
     def StatBlob(

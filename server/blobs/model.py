@@ -10,6 +10,7 @@ float32 values; session ids as elsewhere (256 bytes).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -108,6 +109,13 @@ class ShmGrant:
     offset: int
     length: int
     ttl_ms: int
+    range_offset: int = 0  # byte of the blob the region starts at
+
+
+@dataclass(frozen=True, slots=True)
+class StreamGrant:
+    """OpenDownload's answer for a long range not in memory: read it with a
+    streamed Download through shared memory (``BlobService.download``)."""
 
 
 @dataclass(slots=True)
@@ -118,7 +126,10 @@ class DownloadPlan:
     range: AlignedRange
     block_bytes: int
     sums: bytes  # of the blocks of the aligned range
-    grant: object = field(default=None)  # bytes (inline), ShmGrant, a bulk Ticket, or None
+    # bytes (inline), ShmGrant, a bulk Ticket, StreamGrant, or None
+    grant: object = field(default=None)
+    # with a ShmGrant on an extent still being filled: the verified prefix as it grows
+    filled: Iterator[int] | None = None
 
 
 # -- validation ---------------------------------------------------------------------------

@@ -11,6 +11,23 @@ bytes repairs it).
 A yielded view stays valid until the caller asks for the next one. Long
 ranges are read ahead by a thread (``READ_AHEAD_UNITS`` units), so the disk
 keeps reading while the caller sends.
+
+``fill`` (a whole range into one buffer: a shared-memory extent the client
+copies from, or the hot cache's DRAM copy; ``read_into`` waits for all of
+it) reads straight into the destination, no staging copy, with ``threads``
+threads at once when the payload allows parallel reads: each reads a unit
+and checks its blocks, so the device has several reads in flight and the
+checks (xxh3 releases the GIL) overlap the reads instead of following them;
+it reports the verified prefix of the buffer as it grows, so a consumer can
+start on the first units while the last are still being read::
+
+    thread 1  [read u0][check u0][read u4][check u4] ...
+    thread 2   [read u1 ][check u1][read u5 ] ...
+    thread 3    [read u2][check u2] ...          (units of read_unit_bytes)
+
+Only a verified prefix is ever reported; a damaged unit stops the others and
+raises Corrupted, and ``fill`` ends (exhausted, closed or raising) only after
+every thread has stopped writing into the buffer.
 """
 
 from __future__ import annotations
@@ -24,7 +41,7 @@ import xxhash
 
 from tiermem.server.blobs.blocks import AlignedRange, block_sum
 from tiermem.server.blobs.payloads import PayloadReader
-from tiermem.server.errors import Corrupted
+from tiermem.server.errors import Corrupted, InvariantViolation
 
 #: Read units a long range is read ahead of the one being sent.
 READ_AHEAD_UNITS = 2
@@ -40,7 +57,10 @@ class VerifiedReader:
         read_unit_bytes: int,
         what: str,
         on_damage: Callable[[int], None],
+        threads: int = 1,
     ) -> None:
+        """``threads``: how many threads ``fill`` reads with at once (when the
+        payload allows parallel reads)."""
         self._payload = payload
         self._rng = rng
         self._block = block_bytes
@@ -48,6 +68,7 @@ class VerifiedReader:
         self._unit = max(block_bytes, read_unit_bytes // block_bytes * block_bytes)
         self._what = what
         self._on_damage = on_damage
+        self._threads = threads
 
     def views(self) -> Iterator[memoryview]:
         """Verified views of the aligned range, in order. Ranges of more than two
@@ -68,15 +89,86 @@ class VerifiedReader:
         yield from self._read_ahead(spans, unit)
 
     def read_into(self, buffer: memoryview) -> None:
-        """Read and verify the whole aligned range into ``buffer`` (its length),
-        unit by unit; the kernel reads the rest of a long range ahead meanwhile."""
+        """Read and verify the whole aligned range into ``buffer`` (its length)."""
+        for _ in self.fill(buffer):
+            pass
+
+    def fill(self, buffer: memoryview) -> Iterator[int]:
+        """Read and verify the aligned range into ``buffer`` (its length), yielding
+        how many bytes from its start are verified each time that prefix grows
+        (a unit at a time): with several threads at once when the payload allows
+        it, else unit by unit with the kernel reading the rest of a long range
+        ahead. Closing the iterator early stops the reads; once it is exhausted,
+        closed or has raised, no thread writes into ``buffer`` any more."""
         rng = self._rng
+        if len(buffer) != rng.aligned_length:
+            raise InvariantViolation(
+                f"a read of {rng.aligned_length} bytes got a buffer of {len(buffer)}"
+            )
+        spans = [(start, min(self._unit, rng.aligned_length - start))
+                 for start in range(0, rng.aligned_length, self._unit)]  # fmt: skip
+        parallel = getattr(self._payload, "parallel_reads", False)
+        threads = min(self._threads, len(spans)) if parallel else 1
+        if threads > 1:
+            yield from self._fill_parallel(buffer, spans, threads)
+            return
         will_need = getattr(self._payload, "will_need", None)
-        if will_need is not None:
+        if will_need is not None and len(spans) > 1:
             will_need(rng.aligned_offset, rng.aligned_length)
-        for start in range(0, rng.aligned_length, self._unit):
-            n = min(self._unit, rng.aligned_length - start)
+        for start, n in spans:
             self._read(rng.aligned_offset + start, buffer[start : start + n])
+            yield start + n
+
+    def _fill_parallel(
+        self, buffer: memoryview, spans: list[tuple[int, int]], threads: int
+    ) -> Iterator[int]:
+        """``threads`` threads each take the next unit, read and check it; the
+        verified prefix is yielded in order as it grows. The first failure stops
+        them all and is raised (a damaged block before any other error)."""
+        base = self._rng.aligned_offset
+        todo = iter(enumerate(spans))
+        done = [False] * len(spans)
+        failures: list[BaseException] = []
+        stopped = threading.Event()
+        changed = threading.Condition()
+
+        def work() -> None:
+            while True:
+                with changed:
+                    if failures or stopped.is_set():
+                        return
+                    item = next(todo, None)
+                if item is None:
+                    return
+                index, (start, n) = item
+                try:
+                    self._read(base + start, buffer[start : start + n])
+                except BaseException as exc:  # raised by the consuming thread
+                    with changed:
+                        failures.append(exc)
+                        changed.notify_all()
+                    return
+                with changed:
+                    done[index] = True
+                    changed.notify_all()
+
+        workers = [threading.Thread(target=work, name="tiermem-blob-read", daemon=True)
+                   for _ in range(threads)]  # fmt: skip
+        for worker in workers:
+            worker.start()
+        try:
+            for index, (start, n) in enumerate(spans):
+                with changed:
+                    while not done[index] and not failures:
+                        changed.wait()
+                    if failures:
+                        damaged = [exc for exc in failures if isinstance(exc, Corrupted)]
+                        raise (damaged or failures)[0]
+                yield start + n
+        finally:
+            stopped.set()
+            for worker in workers:  # none writes into the buffer after this
+                worker.join()
 
     def _read(self, pos: int, view: memoryview) -> memoryview:
         self._payload.readinto(pos, view)

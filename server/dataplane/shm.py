@@ -38,6 +38,7 @@ another object.
 from __future__ import annotations
 
 import os
+import threading
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -81,6 +82,46 @@ class ReadGrant:
     meta: ObjectMeta
     lease: Lease | None
     inline: bytes | None
+
+
+class StagedExtent:
+    """An arena extent leased to a client while the daemon fills it
+    (``SharedMemoryPlane.stage_streamed``). The filler calls ``begin`` before
+    writing (False: the lease has already ended, write nothing) and ``done``
+    when it stops writing; the extent is freed when both the lease has ended
+    and the filling is done."""
+
+    def __init__(self, buffer: memoryview, drop: Callable[[], None]) -> None:
+        self.buffer = buffer
+        self.lease: Lease | None = None
+        self._drop = drop
+        self._lock = threading.Lock()
+        self._filling = False
+        self._ended = False
+        self._freed = False
+
+    def begin(self) -> bool:
+        with self._lock:
+            if self._ended:
+                return False
+            self._filling = True
+            return True
+
+    def done(self) -> None:
+        with self._lock:
+            self._filling = False
+            free = self._ended and not self._freed
+            self._freed = self._freed or free
+        if free:
+            self._drop()
+
+    def lease_ended(self) -> None:
+        with self._lock:
+            self._ended = True
+            free = not self._filling and not self._freed
+            self._freed = self._freed or free
+        if free:
+            self._drop()
 
 
 class SharedMemoryPlane:
@@ -318,13 +359,7 @@ class SharedMemoryPlane:
         (e.g. a blob range read and verified straight from its payload file), so
         a local client copies it once instead of receiving it over a socket. The
         extent is freed when the lease ends."""
-        self._require_arena()
-        self._budget.take(size)
-        try:
-            reservation = self._objects.reserve(size, Profile(), kind, only=Tier.DRAM)
-        except BaseException:
-            self._budget.give(size)
-            raise
+        reservation = self._reserve_staging(size, kind)
         try:
             fill(reservation.buffer)
             region = (reservation.location, size, lambda: self._drop(reservation), None)
@@ -334,6 +369,35 @@ class SharedMemoryPlane:
             raise
         self._metrics.dataplane_leases.labels("read").inc()
         return lease
+
+    def stage_streamed(self, owner: str, size: int, kind: Kind, ttl_s: float) -> StagedExtent:
+        """Like ``stage``, but the lease is granted before the extent is filled:
+        the caller fills it (``StagedExtent.begin`` ... ``done``) while telling
+        the client how much of it is ready, so the client copies the first
+        units while the last are read. The extent is freed once the lease has
+        ended and the filling has stopped, whichever comes last, so it is never
+        reused while being written."""
+        reservation = self._reserve_staging(size, kind)
+        extent = StagedExtent(reservation.buffer, lambda: self._drop(reservation))
+        try:
+            region = (reservation.location, size, extent.lease_ended, None)
+            (lease,) = self._leases.grant_many(owner, LeaseKind.READ, ttl_s, [region])
+        except BaseException:
+            self._drop(reservation)
+            raise
+        extent.lease = lease
+        self._metrics.dataplane_leases.labels("read").inc()
+        return extent
+
+    def _reserve_staging(self, size: int, kind: Kind) -> Reservation:
+        """A fresh arena extent for a staged read, its bytes taken from the budget."""
+        self._require_arena()
+        self._budget.take(size)
+        try:
+            return self._objects.reserve(size, Profile(), kind, only=Tier.DRAM)
+        except BaseException:
+            self._budget.give(size)
+            raise
 
     def release(self, owner: str, lease_ids: Sequence[int]) -> int:
         """End leases: read leases released, uncommitted write leases aborted."""

@@ -54,6 +54,7 @@ from tiermem.server.blobs.model import (
     DownloadPlan,
     Filter,
     ShmGrant,
+    StreamGrant,
     checked_spec,
     info_from_record,
     space_name,
@@ -89,6 +90,7 @@ from tiermem.v1 import blob_records_pb2 as rec_pb
 
 if TYPE_CHECKING:
     from tiermem.server.dataplane.plane import DataPlane
+    from tiermem.server.dataplane.shm import StagedExtent
     from tiermem.server.sessions.service import SessionService
 
 log = logging.getLogger(__name__)
@@ -733,6 +735,7 @@ class BlobService:
             int(self.config.read_unit_bytes),
             what,
             lambda block: self._damaged(sha, what, block),
+            int(self.config.read_threads),
         )
 
     def _plan(self, record: rec_pb.BlobRecord, offset: int, length: int) -> DownloadPlan:
@@ -773,10 +776,7 @@ class BlobService:
         def copy_into(buffer: memoryview) -> None:
             verified = self._verified(record, content, full)
             try:
-                pos = 0
-                for view in verified.views():
-                    buffer[pos : pos + len(view)] = view
-                    pos += len(view)
+                verified.read_into(buffer)
             finally:
                 verified.close()
 
@@ -811,10 +811,13 @@ class BlobService:
         paths: Sequence[str] = (),
         owner: str = "",
         lease_ttl_ms: int = 0,
+        streamed: bool = False,
     ) -> DownloadPlan:
         """Plan a read and, when a fast path the client accepts can serve it, grant
         it: the bytes inline (small ranges), a shared-memory lease on the DRAM
-        copy, or a bulk ticket."""
+        copy, or a bulk ticket. A client that can follow a streamed download
+        (``streamed``) is sent to one (StreamGrant) for a long range not in
+        memory: its copying then overlaps the daemon's reads."""
         record = self._find(namespace, key, caller)
         plan = self._plan(record, offset, length)
         dataplane = self.dataplane
@@ -830,6 +833,18 @@ class BlobService:
             self.metrics.blob_bytes.labels("grpc", "out").inc(plan.range.length)
             return plan
         content = self._content(record)
+        arena = dataplane.shm.arena
+        if (
+            streamed
+            and "shm" in paths
+            and arena is not None
+            and 2 * int(self.config.read_unit_bytes)
+            <= plan.range.aligned_length
+            <= arena.capacity_bytes // 2  # else the bulk channel serves it
+            and self.cache.tier(record.namespace, bytes(record.sha256)) != Tier.DRAM
+        ):
+            plan.grant = StreamGrant()  # the Download counts the read for the cache
+            return plan
         cached = self._cached(record, content) if plan.range.aligned_length else None
         if cached is not None and "shm" in paths and dataplane.shm.arena is not None:
             grant = self._shm_grant(dataplane, record, owner, lease_ttl_ms)
@@ -839,7 +854,7 @@ class BlobService:
                 self.metrics.blob_reads.labels("cache").inc()
                 self.metrics.blob_bytes.labels("shm", "out").inc(plan.range.length)
                 return plan
-        if cached is None and "shm" in paths and plan.range.aligned_offset == 0:
+        if cached is None and "shm" in paths:
             grant = self._staged_grant(dataplane, record, content, plan, owner, lease_ttl_ms)
             if grant is not None:
                 plan.grant = grant
@@ -891,7 +906,7 @@ class BlobService:
             return None
         self.metrics.blob_reads.labels(_store_label(content)).inc()
         return ShmGrant(lease.lease_id, info.arena_id, lease.offset, lease.length,
-                        int(ttl_s * 1000))  # fmt: skip
+                        int(ttl_s * 1000), plan.range.aligned_offset)  # fmt: skip
 
     def _shm_grant(
         self, dataplane: DataPlane, record: rec_pb.BlobRecord, owner: str, ttl_ms: int
@@ -911,15 +926,37 @@ class BlobService:
                         int(ttl_s * 1000))  # fmt: skip
 
     def download(
-        self, namespace: str, key: str, offset: int, length: int, caller: str
+        self,
+        namespace: str,
+        key: str,
+        offset: int,
+        length: int,
+        caller: str,
+        *,
+        paths: Sequence[str] = (),
+        owner: str = "",
+        lease_ttl_ms: int = 0,
     ) -> tuple[DownloadPlan, Iterator[memoryview]]:
         """A read over the gRPC stream: the plan and the aligned range's bytes
-        (verified; from the DRAM copy when cached). Close the iterator when done."""
+        (verified; from the DRAM copy when cached). Close the iterator when done.
+
+        With "shm" in ``paths`` (a client on this host) a range too long to go
+        inline is leased instead when the arena can hold it (``plan.grant``, a
+        ShmGrant; the iterator is then empty): the DRAM copy of a cached blob,
+        ready at once, or a fresh extent the range is read and verified into
+        while ``plan.filled`` yields the verified prefix (close it when done)."""
         record = self._find(namespace, key, caller)
         plan = self._plan(record, offset, length)
         cached = None
         if plan.range.aligned_length:
             cached = self._cached(record, self._content(record))
+        inline_max = int(self.config.inline_max_bytes)
+        if (
+            "shm" in paths
+            and plan.range.aligned_length > inline_max
+            and self._streamed_grant(record, plan, cached, owner, lease_ttl_ms)
+        ):
+            return plan, iter(())
         views, close = self._views(record, plan, cached)
 
         def stream() -> Iterator[memoryview]:
@@ -933,6 +970,62 @@ class BlobService:
                 self.metrics.blob_bytes.labels("grpc", "out").inc(sent)
 
         return plan, stream()
+
+    def _streamed_grant(
+        self, record: rec_pb.BlobRecord, plan: DownloadPlan, cached: Any, owner: str, ttl_ms: int
+    ) -> bool:
+        """Lease the range to a client on this host for a streamed download
+        (``download``); False when the arena cannot (the bytes go by the stream)."""
+        dataplane = self.dataplane
+        arena = dataplane.shm.arena if dataplane is not None else None
+        if dataplane is None or arena is None:
+            return False
+        shm = dataplane.shm
+        rng = plan.range
+        if cached is not None:
+            grant = self._shm_grant(dataplane, record, owner, ttl_ms)
+            if grant is None:
+                return False
+            cached.release()
+            plan.grant = grant
+            self.metrics.blob_reads.labels("cache").inc()
+            self.metrics.blob_bytes.labels("shm", "out").inc(rng.length)
+            return True
+        if rng.aligned_length < arena.arena_min_bytes:
+            return False
+        ttl_s = shm.ttl_s(ttl_ms)
+        try:
+            extent = shm.stage_streamed(owner, rng.aligned_length, Kind.BLOB, ttl_s)
+        except (CapacityExceeded, FailedPrecondition, InvalidArgument):
+            return False
+        lease, info = extent.lease, shm.info()
+        if lease is None or info is None:
+            raise InvariantViolation("a staged extent has no lease, or the arena no info")
+        plan.grant = ShmGrant(lease.lease_id, info.arena_id, lease.offset, lease.length,
+                              int(ttl_s * 1000), rng.aligned_offset)  # fmt: skip
+        plan.filled = self._fill(record, rng, extent)
+        return True
+
+    def _fill(self, record: rec_pb.BlobRecord, rng: Any, extent: StagedExtent) -> Iterator[int]:
+        """Read and verify ``rng`` into the leased ``extent``, yielding the verified
+        prefix as it grows; the extent is freed after the lease ends and this
+        stops, whichever is last (see StagedExtent)."""
+        if not extent.begin():
+            raise FailedPrecondition(
+                f"blob {record.namespace}/{record.key}: the lease on the download's "
+                "shared-memory extent ended before it was filled"
+            )
+        try:
+            content = self._content(record)
+            verified = self._verified(record, content, rng)
+            try:
+                self.metrics.blob_reads.labels(_store_label(content)).inc()
+                yield from verified.fill(extent.buffer)
+            finally:
+                verified.close()
+        finally:
+            extent.done()
+        self.metrics.blob_bytes.labels("shm", "out").inc(rng.length)
 
     # -- stat, delete, list ----------------------------------------------------------------
     def stat(self, namespace: str, key: str, caller: str) -> BlobInfo:

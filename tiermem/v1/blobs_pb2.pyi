@@ -423,11 +423,14 @@ class OpenDownloadRequest(_message.Message):
     LENGTH_FIELD_NUMBER: _builtins.int
     PATHS_FIELD_NUMBER: _builtins.int
     LEASE_TTL_MS_FIELD_NUMBER: _builtins.int
+    STREAMED_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     length: _builtins.int
     """0 = to the end"""
     lease_ttl_ms: _builtins.int
     """shm lease TTL asked (0 = the daemon's default)"""
+    streamed: _builtins.bool
+    """the client can follow a `stream` grant"""
     @_builtins.property
     def ref(self) -> Global___BlobRef: ...
     @_builtins.property
@@ -442,10 +445,11 @@ class OpenDownloadRequest(_message.Message):
         length: _builtins.int = ...,
         paths: _abc.Iterable[_builtins.str] | None = ...,
         lease_ttl_ms: _builtins.int = ...,
+        streamed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ref", b"ref"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_ttl_ms", b"lease_ttl_ms", "length", b"length", "offset", b"offset", "paths", b"paths", "ref", b"ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_ttl_ms", b"lease_ttl_ms", "length", b"length", "offset", b"offset", "paths", b"paths", "ref", b"ref", "streamed", b"streamed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -506,14 +510,17 @@ class BlobLease(_message.Message):
     OFFSET_FIELD_NUMBER: _builtins.int
     LENGTH_FIELD_NUMBER: _builtins.int
     TTL_MS_FIELD_NUMBER: _builtins.int
+    RANGE_OFFSET_FIELD_NUMBER: _builtins.int
     lease_id: _builtins.int
     """release with DataPlaneService.Release"""
     arena_id: _builtins.str
     offset: _builtins.int
-    """of the whole blob in the arena"""
+    """of the region in the arena"""
     length: _builtins.int
-    """the whole blob"""
+    """of the region"""
     ttl_ms: _builtins.int
+    range_offset: _builtins.int
+    """byte of the blob the region starts at (0: the whole"""
     def __init__(
         self,
         *,
@@ -522,10 +529,11 @@ class BlobLease(_message.Message):
         offset: _builtins.int = ...,
         length: _builtins.int = ...,
         ttl_ms: _builtins.int = ...,
+        range_offset: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arena_id", b"arena_id", "lease_id", b"lease_id", "length", b"length", "offset", b"offset", "ttl_ms", b"ttl_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arena_id", b"arena_id", "lease_id", b"lease_id", "length", b"length", "offset", b"offset", "range_offset", b"range_offset", "ttl_ms", b"ttl_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -539,8 +547,15 @@ class OpenDownloadResponse(_message.Message):
     SHM_FIELD_NUMBER: _builtins.int
     BULK_FIELD_NUMBER: _builtins.int
     INLINE_FIELD_NUMBER: _builtins.int
+    STREAM_FIELD_NUMBER: _builtins.int
     inline: _builtins.bytes
     """the aligned range itself, when small"""
+    stream: _builtins.bool
+    """(asked for with `streamed` and "shm") the range is long and not in
+    memory: read it with Download and paths ["shm"], which leases an extent
+    and reports the verified prefix while the daemon reads, so the client
+    copies the first units while the last are still being read
+    """
     @_builtins.property
     def header(self) -> Global___DownloadHeader: ...
     @_builtins.property
@@ -556,12 +571,13 @@ class OpenDownloadResponse(_message.Message):
         shm: Global___BlobLease | None = ...,
         bulk: _dataplane_pb2.Ticket | None = ...,
         inline: _builtins.bytes = ...,
+        stream: _builtins.bool = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["bulk", b"bulk", "grant", b"grant", "header", b"header", "inline", b"inline", "shm", b"shm"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["bulk", b"bulk", "grant", b"grant", "header", b"header", "inline", b"inline", "shm", b"shm", "stream", b"stream"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["bulk", b"bulk", "grant", b"grant", "header", b"header", "inline", b"inline", "shm", b"shm"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["bulk", b"bulk", "grant", b"grant", "header", b"header", "inline", b"inline", "shm", b"shm", "stream", b"stream"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_grant: _TypeAlias = _typing.Literal["shm", "bulk", "inline"]  # noqa: Y015
+    _WhichOneofReturnType_grant: _TypeAlias = _typing.Literal["shm", "bulk", "inline", "stream"]  # noqa: Y015
     _WhichOneofArgType_grant: _TypeAlias = _typing.Literal["grant", b"grant"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_grant) -> _WhichOneofReturnType_grant | None: ...
 
@@ -574,21 +590,31 @@ class DownloadRequest(_message.Message):
     REF_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     LENGTH_FIELD_NUMBER: _builtins.int
+    PATHS_FIELD_NUMBER: _builtins.int
+    LEASE_TTL_MS_FIELD_NUMBER: _builtins.int
     offset: _builtins.int
     length: _builtins.int
     """0 = to the end"""
+    lease_ttl_ms: _builtins.int
+    """shm lease TTL asked (0 = the daemon's default)"""
     @_builtins.property
     def ref(self) -> Global___BlobRef: ...
+    @_builtins.property
+    def paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"shm": the range may come by a shared-memory lease"""
+
     def __init__(
         self,
         *,
         ref: Global___BlobRef | None = ...,
         offset: _builtins.int = ...,
         length: _builtins.int = ...,
+        paths: _abc.Iterable[_builtins.str] | None = ...,
+        lease_ttl_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["ref", b"ref"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["length", b"length", "offset", b"offset", "ref", b"ref"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_ttl_ms", b"lease_ttl_ms", "length", b"length", "offset", b"offset", "paths", b"paths", "ref", b"ref"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -600,20 +626,30 @@ class DownloadChunk(_message.Message):
 
     HEADER_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
+    LEASE_FIELD_NUMBER: _builtins.int
+    VERIFIED_BYTES_FIELD_NUMBER: _builtins.int
     data: _builtins.bytes
+    verified_bytes: _builtins.int
+    """bytes [0, verified_bytes) of the region are verified"""
     @_builtins.property
     def header(self) -> Global___DownloadHeader: ...
+    @_builtins.property
+    def lease(self) -> Global___BlobLease:
+        """after the header: the aligned range is in this region"""
+
     def __init__(
         self,
         *,
         header: Global___DownloadHeader | None = ...,
         data: _builtins.bytes = ...,
+        lease: Global___BlobLease | None = ...,
+        verified_bytes: _builtins.int = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "header", b"header", "part", b"part"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "header", b"header", "lease", b"lease", "part", b"part", "verified_bytes", b"verified_bytes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "header", b"header", "part", b"part"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "header", b"header", "lease", b"lease", "part", b"part", "verified_bytes", b"verified_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["header", "data"]  # noqa: Y015
+    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["header", "data", "lease", "verified_bytes"]  # noqa: Y015
     _WhichOneofArgType_part: _TypeAlias = _typing.Literal["part", b"part"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_part) -> _WhichOneofReturnType_part | None: ...
 

@@ -162,7 +162,13 @@ class BlobServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Download(self, request, context):
-        """Server stream: a header first, then the bytes of the block-aligned range.
+        """Server stream: a header first, then the bytes of the block-aligned range;
+        or, when the request accepts "shm" and the range is large, a lease on a
+        shared-memory extent holding the range followed by how much of it is
+        verified so far (a cold range is read and checked into the extent while
+        the client copies what is ready; a DATA_LOSS status ends the stream at
+        the first damaged block, and nothing past the last verified_bytes is
+        valid).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -78,7 +78,14 @@ class BlobServiceStub:
     otherwise read with Download.
     """
     Download: _grpc.UnaryStreamMultiCallable[_blobs_pb2.DownloadRequest, _blobs_pb2.DownloadChunk]
-    """Server stream: a header first, then the bytes of the block-aligned range."""
+    """Server stream: a header first, then the bytes of the block-aligned range;
+    or, when the request accepts "shm" and the range is large, a lease on a
+    shared-memory extent holding the range followed by how much of it is
+    verified so far (a cold range is read and checked into the extent while
+    the client copies what is ready; a DATA_LOSS status ends the stream at
+    the first damaged block, and nothing past the last verified_bytes is
+    valid).
+    """
     StatBlob: _grpc.UnaryUnaryMultiCallable[_blobs_pb2.StatBlobRequest, _blobs_pb2.StatBlobResponse]
     DeleteBlob: _grpc.UnaryUnaryMultiCallable[_blobs_pb2.DeleteBlobRequest, _blobs_pb2.DeleteBlobResponse]
     ListBlobs: _grpc.UnaryUnaryMultiCallable[_blobs_pb2.ListBlobsRequest, _blobs_pb2.ListBlobsResponse]
@@ -117,7 +124,14 @@ class BlobServiceAsyncStub(BlobServiceStub):
     otherwise read with Download.
     """
     Download: _aio.UnaryStreamMultiCallable[_blobs_pb2.DownloadRequest, _blobs_pb2.DownloadChunk]  # type: ignore[assignment]
-    """Server stream: a header first, then the bytes of the block-aligned range."""
+    """Server stream: a header first, then the bytes of the block-aligned range;
+    or, when the request accepts "shm" and the range is large, a lease on a
+    shared-memory extent holding the range followed by how much of it is
+    verified so far (a cold range is read and checked into the extent while
+    the client copies what is ready; a DATA_LOSS status ends the stream at
+    the first damaged block, and nothing past the last verified_bytes is
+    valid).
+    """
     StatBlob: _aio.UnaryUnaryMultiCallable[_blobs_pb2.StatBlobRequest, _blobs_pb2.StatBlobResponse]  # type: ignore[assignment]
     DeleteBlob: _aio.UnaryUnaryMultiCallable[_blobs_pb2.DeleteBlobRequest, _blobs_pb2.DeleteBlobResponse]  # type: ignore[assignment]
     ListBlobs: _aio.UnaryUnaryMultiCallable[_blobs_pb2.ListBlobsRequest, _blobs_pb2.ListBlobsResponse]  # type: ignore[assignment]
@@ -201,7 +215,14 @@ class BlobServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _blobs_pb2.DownloadRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_blobs_pb2.DownloadChunk], _abc.AsyncIterator[_blobs_pb2.DownloadChunk]]:
-        """Server stream: a header first, then the bytes of the block-aligned range."""
+        """Server stream: a header first, then the bytes of the block-aligned range;
+        or, when the request accepts "shm" and the range is large, a lease on a
+        shared-memory extent holding the range followed by how much of it is
+        verified so far (a cold range is read and checked into the extent while
+        the client copies what is ready; a DATA_LOSS status ends the stream at
+        the first damaged block, and nothing past the last verified_bytes is
+        valid).
+        """
 
     @_abc_1.abstractmethod
     def StatBlob(
