@@ -83,6 +83,7 @@ class ObjectStoreMachine(RuleBasedStateMachine):
             self.durable.add(okey)
         else:
             self.durable.discard(okey)
+        self._forget_evicted()  # making room for this put may evict CACHE objects
 
     @rule(key=st.sampled_from(KEYS), kind=st.sampled_from(KINDS))
     def get(self, key: str, kind: Kind) -> None:
@@ -105,6 +106,9 @@ class ObjectStoreMachine(RuleBasedStateMachine):
     @rule()
     def demote(self) -> None:
         self.daemon.placement.make_room(Tier.DRAM, 1 << 20)
+        self._forget_evicted()
+
+    def _forget_evicted(self) -> None:
         for k in list(self.model):
             try:
                 self.daemon.objects.stat(k)
