@@ -76,17 +76,19 @@ REQUEST_ID_HEADER = "x-request-id"
 
 
 def request_id_of(call: object) -> str:
-    """The daemon's request id from a call's (or failed call's) initial metadata."""
-    getter = getattr(call, "initial_metadata", None)
-    if getter is None:
-        return ""
-    try:
-        metadata = getter()
-    except Exception:  # a call that never reached the daemon has no metadata
-        return ""
-    for key, value in metadata or ():
-        if key == REQUEST_ID_HEADER:
-            return value if isinstance(value, str) else bytes(value).decode(errors="replace")
+    """The daemon's request id from a call's (or failed call's) metadata: trailing
+    metadata (where the daemon sends it), else initial metadata (older daemons)."""
+    for name in ("trailing_metadata", "initial_metadata"):
+        getter = getattr(call, name, None)
+        if getter is None:
+            continue
+        try:
+            metadata = getter()
+        except Exception:  # a call that never reached the daemon has no metadata
+            continue
+        for key, value in metadata or ():
+            if key == REQUEST_ID_HEADER:
+                return value if isinstance(value, str) else bytes(value).decode(errors="replace")
     return ""
 
 

@@ -46,6 +46,15 @@ class ServerConfig(_Section):
     unix_socket_mode: int = Field(default=0o600, ge=0, le=0o777)
     """File permissions of the Unix socket (octal in TOML: 0o660); only users it admits
     can connect."""
+    switch_interval_s: float = Field(default=0.001, gt=0, le=0.1)
+    """Python's thread switch interval (seconds) that ``tiermem serve`` sets: how long a
+    thread may keep the interpreter lock while another waits for it. Python's default
+    (0.005) makes a cheap RPC whose thread wakes from I/O wait behind every CPU-bound
+    handler that many times over; shorter keeps small reads' tail latency low."""
+    gc_freeze: bool = True
+    """``tiermem serve`` moves every object alive once start-up is done (recovered
+    catalog, indexes, modules) out of the garbage collector's reach (``gc.freeze``), so
+    full collections do not walk them again and again while serving."""
 
     @model_validator(mode="after")
     def _chunks_fit(self) -> ServerConfig:

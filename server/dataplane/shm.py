@@ -143,15 +143,19 @@ class SharedMemoryPlane:
         #: brings objects not held here in from the remote tier before a read
         #: (``RemoteService.fill``; set by the daemon when it has one)
         self.fill: Callable[[Sequence[ObjectKey]], None] | None = None
+        self._info: ArenaInfo | None = None
 
     # -- what clients need to map the arena ---------------------------------------------
     def info(self) -> ArenaInfo | None:
+        """The arena file's identity (fixed for the daemon's life: read once; every
+        Lease and Reserve reply names it)."""
         if self.arena is None:
             return None
-        st = os.stat(self.arena.arena_path)
-        return ArenaInfo(
-            str(self.arena.arena_path), st.st_size, self.arena.arena_path.name, st.st_dev, st.st_ino
-        )
+        if self._info is None:
+            st = os.stat(self.arena.arena_path)
+            path = self.arena.arena_path
+            self._info = ArenaInfo(str(path), st.st_size, path.name, st.st_dev, st.st_ino)
+        return self._info
 
     def _require_arena(self) -> DramEngine:
         if self.arena is None:

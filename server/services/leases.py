@@ -163,6 +163,8 @@ class LeaseTable:
         """Grant one lease per ``(offset, length, end, payload)``; all or none
         (RESOURCE_EXHAUSTED when the table would exceed ``max_leases``; the
         caller then still owns the regions and must give them back)."""
+        if not regions:  # e.g. a Lease whose values all came inline: no lock to take
+            return []
         expires_at = self._clock() + ttl_s
         with self._lock:
             if len(self._leases) + len(regions) > self._max:

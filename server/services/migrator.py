@@ -12,12 +12,19 @@ pressure, a prefetch or a read that asked for a promotion) it
 Copies are paced to ``placement.migrate_bandwidth_bytes_per_s``: after each
 copy the thread waits as long as the bytes take at that rate (interruptible
 by ``stop``). Each pass catches and logs its own failure.
+
+Freed heap goes back to the OS (``malloc_trim``) after a plan at most every
+``HEAP_TRIM_INTERVAL_S``: a trim walks the whole heap holding glibc's arena
+locks, so every thread of the daemon that allocates meanwhile waits (measured
+under the soak: 0.7 ms median, 9 ms at p90, up to 51 ms, ~3 passes a second),
+and a plan's temporaries are reused by the next plan anyway.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from tiermem.placement.model import DROP
 from tiermem.server.heap import return_free_heap
@@ -28,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: Most queued promotions one pass carries out.
 MAX_PROMOTIONS_PER_PASS = 1000
+#: Shortest time between two heap trims after plans (seconds).
+HEAP_TRIM_INTERVAL_S = 10.0
 
 
 class Migrator:
@@ -39,6 +48,7 @@ class Migrator:
         self._thread: threading.Thread | None = None
         self._pass_lock = threading.Lock()
         self._debt_s = 0.0
+        self._trimmed_at = -HEAP_TRIM_INTERVAL_S
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="tiermem-migrator", daemon=True)
@@ -107,7 +117,10 @@ class Migrator:
         mover = placement.mover
         metrics = self.store.metrics
         plan = placement.plan()
-        return_free_heap()  # the plan's catalog-sized temporaries are gone now
+        now = time.monotonic()
+        if now - self._trimmed_at >= HEAP_TRIM_INTERVAL_S:
+            return_free_heap()  # the plan's catalog-sized temporaries are gone now
+            self._trimmed_at = now
         done = 0
         unknown_drops: set[int] = set()
         for row, src, dst, size in zip(

@@ -494,6 +494,7 @@ class ObjectService:
     def _read(self, key: ObjectKey, offset: int, length: int, caller: str) -> ObjectRead:
         encoded = key.encode()
         metas: list[ObjectMeta] = []
+        promotions: list[Promotion] = []
 
         def found(entry: Entry) -> None:
             meta = self.catalog.meta(encoded, entry)
@@ -501,6 +502,10 @@ class ObjectService:
                 self.guard.check_access(meta, caller, write=False)
             metas.append(meta)
             self.catalog.touch(entry.row, encoded)
+            # claimed under the same hold of the lock (one acquisition per read)
+            promotion = self.placement.take_promotion(encoded)
+            if promotion is not None:
+                promotions.append(promotion)
 
         tiers = self.store.tier_names()
         try:
@@ -517,7 +522,7 @@ class ObjectService:
                 f"range [{offset}, {end}) is outside object {key} of {meta.size_bytes} bytes"
             )
         location = entry.loc if entry.tier in self.store.memory else -1
-        promotion = self.placement.take_promotion(encoded)
+        promotion = promotions[-1] if promotions else None
         promote = None if promotion is None else self._promoter(encoded, entry, value, promotion)
         return ObjectRead(meta, value.view[offset:end], value, entry.tier, location, promote)
 

@@ -1,5 +1,5 @@
 """Every RPC has a request id: the client's x-request-id or a generated one.
-The daemon returns it as initial metadata, puts it on every log line the RPC
+The daemon returns it as trailing metadata, puts it on every log line the RPC
 writes (JSON logs), and the client's errors carry it, so an operator can go
 from a failed call to its log lines."""
 
@@ -54,9 +54,9 @@ def test_ids_are_returned_logged_and_carried_by_client_errors(
         _, call = stats.with_call(
             admin_pb2.StatsRequest(), metadata=(("x-request-id", "client-chosen-1"),), timeout=10
         )
-        assert ("x-request-id", "client-chosen-1") in tuple(call.initial_metadata())
+        assert ("x-request-id", "client-chosen-1") in tuple(call.trailing_metadata())
         _, call = stats.with_call(admin_pb2.StatsRequest(), timeout=10)
-        generated = dict(call.initial_metadata())["x-request-id"]
+        generated = dict(call.trailing_metadata())["x-request-id"]
         assert len(generated) == 16 and generated != "client-chosen-1"
 
     value = b"\xab" * 200_000  # larger than inline_max_bytes: lives in a segment file

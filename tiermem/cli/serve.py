@@ -34,6 +34,7 @@ def serve(args: argparse.Namespace) -> int:
         from tiermem.server.app import Daemon
         from tiermem.server.config import load_config
         from tiermem.server.logs import configure
+        from tiermem.server.runtime import configure_interpreter, settle_heap
     except ImportError as exc:
         print(
             f"tiermem serve needs the server extra (pip install 'tiermem[server]'): {exc}",
@@ -53,7 +54,9 @@ def serve(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    configure_interpreter(config.server)
     daemon.start()
+    settle_heap(config.server)
     print(f"listening on {daemon.address}", flush=True)
     if daemon.metrics_address:
         print(f"metrics on http://{daemon.metrics_address}/metrics", flush=True)
