@@ -79,7 +79,10 @@ class BulkPool:
         """Open (or reuse) a connection and present the ticket; returns once the
         daemon said go. A stale pooled connection is replaced once."""
         for _attempt in range(2):
-            sock, reused = self._take(address)
+            try:
+                sock, reused = self._take(address)
+            except OSError as exc:  # refused / unreachable: the daemon is gone or moved
+                raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
             try:
                 sock.sendall(preamble(ticket_id, self._credential))
                 status = _read_status(sock)
