@@ -339,14 +339,7 @@ class SharedMemoryPlane:
         """Copy an object that is not in the arena into an extent the lease owns."""
         size = reader.meta.size_bytes
         try:
-            self._budget.take(size)
-            try:
-                reservation = self._objects.reserve(
-                    size, Profile(), reader.meta.key.kind, only=Tier.DRAM
-                )
-            except BaseException:
-                self._budget.give(size)
-                raise
+            reservation = self._reserve_staging(size, reader.meta.key.kind)
             try:
                 reservation.buffer[:] = reader.view
             except BaseException:
