@@ -80,6 +80,12 @@ Verify = Literal["auto", "blocks", "sha256", "none"]
 Source = str | os.PathLike[str] | bytes | bytearray | memoryview | BinaryIO
 Progress = Callable[[int], None]  # called with the bytes moved since the last call
 
+#: Answers to ShmUpload's start that mean "use another path" (nothing was sent).
+_NO_RING = (
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.UNIMPLEMENTED,
+)
 _RETRYABLE = ("UNAVAILABLE", "CANCELLED", "DEADLINE_EXCEEDED", "ABORTED", "UNKNOWN")
 
 
@@ -586,7 +592,7 @@ class BlobClient:
         """Store ``source`` as blob ``key``. ``embeddings``: space name → vector.
         ``sha256``: the bytes' hash if already known — content the namespace
         stores already is then referenced without sending the bytes. ``path``
-        forces a data path ("bulk" or "grpc")."""
+        forces a data path ("shm", "bulk" or "grpc")."""
         src = _Source(source)
         try:
             header = blobs_pb2.BeginUploadRequest(
@@ -739,6 +745,17 @@ class BlobClient:
     ) -> BlobInfo:
         size = src.size
         fast = self._fast_paths(path)
+        if "shm" in fast and offset < size:
+            try:
+                self._send_shm(upload_id, src, offset, hasher, progress, timeout_s)
+            except _Fallback:
+                if path == "shm":
+                    raise FailedPreconditionError(
+                        "FAILED_PRECONDITION", "the daemon cannot take this upload by shared memory"
+                    ) from None
+            else:
+                self._dp.count("shm", puts=1, nbytes=size - offset)
+                return self._finish(upload_id, hasher.digest(), timeout_s)
         if "bulk" in fast and offset < size:
             request = blobs_pb2.BeginBulkUploadRequest(upload_id=upload_id, offset=offset)
             ticket = self._call(
@@ -777,6 +794,75 @@ class BlobClient:
             raise from_rpc_error(exc) from None
         self._dp.count("grpc", puts=1, nbytes=size - offset)
         return self._finished(upload_id, reply, hasher.digest())
+
+    def _send_shm(
+        self,
+        upload_id: str,
+        src: _Source,
+        offset: int,
+        hasher: Any,
+        progress: Progress | None,
+        timeout_s: float | None,
+    ) -> None:
+        """Send [offset, size) through a ring of slots the daemon leases in its arena:
+        copy a piece into a free slot, hash it, tell the daemon, and refill each slot
+        once the daemon says it has written it. Raises _Fallback (having sent and
+        hashed nothing) when the daemon cannot give a ring; later failures raise and
+        ``_send_all`` resumes from the acknowledged offset."""
+        arena = self._dp.offer().arena
+        if arena is None:
+            raise _Fallback()
+        size = src.size
+        messages: queue.Queue[blobs_pb2.ShmUploadRequest | None] = queue.Queue()
+        start = blobs_pb2.ShmUploadRequest.Start(upload_id=upload_id, offset=offset)
+        messages.put(blobs_pb2.ShmUploadRequest(start=start))
+
+        def requests() -> Iterator[blobs_pb2.ShmUploadRequest]:
+            while (msg := messages.get()) is not None:
+                yield msg
+
+        timeout = self._stream_timeout(size - offset, timeout_s)
+        replies = self._stub.ShmUpload(requests(), timeout=timeout, metadata=self._md())
+        try:
+            try:
+                ring = next(replies).ring
+                region = arena.region(int(ring.lease.offset), int(ring.lease.length))
+                if ring.lease.arena_id != arena.arena_id or ring.slots < 1:
+                    raise ArenaMismatch("the ring is not in the mapped arena")
+            except grpc.RpcError as exc:
+                if exc.code() in _NO_RING:
+                    raise _Fallback() from None
+                raise
+            except (ArenaMismatch, StopIteration):
+                raise _Fallback() from None
+            slot_bytes = int(ring.slot_bytes)
+            free = list(range(int(ring.slots)))[::-1]
+            pos = offset
+            while pos < size:
+                if not free:
+                    free.append(next(replies).freed_slot)
+                slot = free.pop()
+                n = min(slot_bytes, size - pos)
+                view = memoryview(region[slot * slot_bytes : slot * slot_bytes + n])  # type: ignore[arg-type]
+                src.readinto(pos, view)
+                hasher.update(view)
+                unit = blobs_pb2.ShmUploadRequest.Unit(slot=slot, length=n)
+                messages.put(blobs_pb2.ShmUploadRequest(unit=unit))
+                pos += n
+                if progress is not None:
+                    progress(n)
+            messages.put(None)
+            for _ in replies:  # the daemon ends the stream once the bytes are durable
+                pass
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+        except StopIteration:
+            raise TiermemClientError(
+                "UNAVAILABLE", "the daemon ended the shared-memory upload before taking every byte"
+            ) from None
+        finally:
+            messages.put(None)
+            replies.cancel()  # nothing once the stream has ended
 
     def _finish(self, upload_id: str, digest: bytes, timeout_s: float | None) -> BlobInfo:
         request = blobs_pb2.FinishUploadRequest(upload_id=upload_id, sha256=digest)

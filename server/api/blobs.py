@@ -8,7 +8,14 @@ import grpc
 
 from tiermem.server.api.convert import acting_session
 from tiermem.server.blobs import model
-from tiermem.server.blobs.model import BlobInfo, DownloadPlan, Filter, ShmGrant, StreamGrant
+from tiermem.server.blobs.model import (
+    BlobInfo,
+    DownloadPlan,
+    Filter,
+    ShmGrant,
+    StreamGrant,
+    UploadRing,
+)
 from tiermem.server.config import BlobsConfig
 from tiermem.server.dataplane.identity import grpc_principal
 from tiermem.server.dataplane.transfers import Ticket
@@ -166,6 +173,32 @@ class BlobServicer(blobs_pb2_grpc.BlobServiceServicer):
             _owner(context), request.upload_id, int(request.offset), acting_session(context)
         )
         return ticket_to_proto(ticket, self._bulk_address())
+
+    def ShmUpload(
+        self, request_iterator: Iterator[blobs_pb2.ShmUploadRequest], context: grpc.ServicerContext
+    ) -> Iterator[blobs_pb2.ShmUploadReply]:
+        first = next(request_iterator, None)
+        if first is None or not first.HasField("start") or not first.start.upload_id:
+            raise InvalidArgument("the first ShmUpload message must be `start` naming the upload")
+
+        def units() -> Iterator[tuple[int, int]]:
+            for msg in request_iterator:
+                if not msg.HasField("unit"):
+                    raise InvalidArgument("only `unit` messages may follow `start` in ShmUpload")
+                yield int(msg.unit.slot), int(msg.unit.length)
+
+        start = first.start
+        replies = self._blobs.shm_upload(
+            _owner(context), start.upload_id, int(start.offset), units(), acting_session(context)
+        )
+        for item in replies:
+            if isinstance(item, UploadRing):
+                ring = blobs_pb2.ShmUploadReply.Ring(
+                    lease=lease_to_proto(item.grant), slots=item.slots, slot_bytes=item.slot_bytes
+                )
+                yield blobs_pb2.ShmUploadReply(ring=ring)
+            else:
+                yield blobs_pb2.ShmUploadReply(freed_slot=item)
 
     def _bulk_address(self) -> str:
         plane = self._blobs.dataplane

@@ -113,6 +113,16 @@ class ShmGrant:
 
 
 @dataclass(frozen=True, slots=True)
+class UploadRing:
+    """A same-host upload's ring of slots in the arena (``BlobService.shm_upload``):
+    slot ``i`` is ``[grant.offset + i * slot_bytes, ... + slot_bytes)``."""
+
+    grant: ShmGrant
+    slots: int
+    slot_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class StreamGrant:
     """OpenDownload's answer for a long range not in memory: read it with a
     streamed Download through shared memory (``BlobService.download``)."""

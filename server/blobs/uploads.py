@@ -29,6 +29,7 @@ import ctypes
 import errno
 import functools
 import logging
+import mmap
 import os
 import queue
 import secrets
@@ -47,6 +48,7 @@ from tiermem.server.errors import (
     CapacityExceeded,
     FailedPrecondition,
     InvalidArgument,
+    InvariantViolation,
     NotFound,
     OutOfRange,
 )
@@ -97,6 +99,7 @@ class Upload:
     writer: HashPipe | None = None  # ... and file writes on another one
     written: int = 0  # bytes the writer has written (while there is one)
     checkpointing: int = 0  # offset of the last checkpoint handed to the writer
+    mapped: mmap.mmap | None = None  # the staging file, read-only, while a shm stream writes
     _hasher: ContentHasher | None = None
 
     @property
@@ -170,6 +173,47 @@ class Upload:
         if self.written - self.flushed >= WRITEBACK_BYTES:
             start_writeback(self.fd, self.flushed, self.written - self.flushed)
             self.flushed = self.written
+
+    def map_file(self) -> None:
+        """Map the staging file read-only, for ``write_shared`` to hash what it wrote."""
+        if self.mapped is None:
+            self.open()
+            if os.fstat(self.fd).st_size < self.size:
+                os.ftruncate(self.fd, self.size)
+            self.mapped = mmap.mmap(self.fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ)
+
+    def unmap_file(self) -> None:
+        """Drop the mapping (after ``stop_stages``: nothing views it any more)."""
+        mapped, self.mapped = self.mapped, None
+        if mapped is not None:
+            with contextlib.suppress(BufferError):  # a view left behind: freed with it
+                mapped.close()
+
+    def write_shared(self, data: memoryview, done: Callable[[], None]) -> None:
+        """Append ``data``, a slot of a client's shared-memory ring, at ``received``:
+        the writer copies it to the file, then ``done`` runs (the client may refill
+        the slot) and the hasher hashes those bytes *from the file* (``map_file``),
+        so what is hashed is what was written even if the client changes the slot
+        too early. Needs the stages (``start_stages``) and the mapping."""
+        n = len(data)
+        if self.received + n > self.size:
+            raise InvalidArgument(
+                f"upload {self.upload_id}: a unit of {n} bytes at offset {self.received} "
+                f"runs past the announced size_bytes={self.size}"
+            )
+        writer, pipe, mapped = self.writer, self.pipe, self.mapped
+        if writer is None or pipe is None or mapped is None:
+            raise InvariantViolation("write_shared needs the writer, the hasher and the mapping")
+        at = self.received
+        written = memoryview(mapped)[at : at + n]
+
+        def after_write() -> None:
+            done()
+            self._keep_head(at, written)
+            pipe.submit(written)
+
+        writer.submit(data, after_write)
+        self.received += n
 
     def stop_stages(self) -> None:
         """Wait for the workers and end them. If one failed, what was received
@@ -437,6 +481,14 @@ class UploadTable:
         self, upload: Upload, data: memoryview, done: Callable[[], None] | None = None
     ) -> None:
         upload.write(data, done)
+        self._maybe_checkpoint(upload)
+
+    def write_shared(self, upload: Upload, data: memoryview, done: Callable[[], None]) -> None:
+        """``Upload.write_shared``, with the same checkpoints as ``write``."""
+        upload.write_shared(data, done)
+        self._maybe_checkpoint(upload)
+
+    def _maybe_checkpoint(self, upload: Upload) -> None:
         writer = upload.writer
         if writer is None:
             if upload.received - upload.durable >= self._checkpoint:

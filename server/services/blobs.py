@@ -31,8 +31,10 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import logging
 import os
+import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -55,6 +57,7 @@ from tiermem.server.blobs.model import (
     Filter,
     ShmGrant,
     StreamGrant,
+    UploadRing,
     checked_spec,
     info_from_record,
     space_name,
@@ -101,6 +104,9 @@ LIST_SCAN_MAX = 20_000
 #: Journal entries written to the search tables per pass.
 INDEX_BATCH = 2000
 BULK_BUFFER_BYTES = 4 << 20
+#: Slots of a same-host upload's ring (each ``read_unit_bytes``): the client
+#: fills some while the daemon writes and hashes the others.
+SHM_UPLOAD_SLOTS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -459,6 +465,94 @@ class BlobService:
                     self.metrics.blob_bytes.labels("bulk", "in").inc(up.received - start)
 
         return dataplane.transfers.issue_stream(owner, "stream_in", nbytes, run, lambda: None)
+
+    def shm_upload(
+        self, owner: str, upload_id: str, offset: int, units: Iterator[tuple[int, int]],
+        caller: str,
+    ) -> Iterator[UploadRing | int]:  # fmt: skip
+        """A same-host upload through a ring of slots in the arena: yields the ring
+        (leased to ``owner``), then each slot once the bytes a unit put in it
+        (``units``: (slot, length), in order) are written to the staging file.
+        When ``units`` ends, the bytes are made durable before this returns."""
+        dataplane = self.dataplane
+        shm = dataplane.shm if dataplane is not None else None
+        info = shm.info() if shm is not None else None
+        if shm is None or info is None:
+            raise FailedPrecondition(
+                "this daemon has no shared-memory arena; use the bulk channel or the gRPC stream"
+            )
+        upload = self._upload(upload_id, caller)
+        self.uploads.check_offset(upload, offset)
+        slot_bytes = min(int(self.config.read_unit_bytes), _page_round(upload.size - offset))
+        slots = max(1, min(SHM_UPLOAD_SLOTS, -(-(upload.size - offset) // max(slot_bytes, 1))))
+        ttl_s = shm.ttl_s(0)
+        extent = shm.stage_streamed(owner, slots * slot_bytes, Kind.BLOB, ttl_s)
+        lease = extent.lease
+        if lease is None or not extent.begin():
+            raise InvariantViolation("a fresh upload ring has no lease")
+        try:
+            with self.uploads.writing(upload_id, caller) as up:
+                self.uploads.resume_at(up, offset)
+                start = up.received
+                up.map_file()
+                try:
+                    grant = ShmGrant(
+                        lease.lease_id, info.arena_id, lease.offset, lease.length,
+                        int(ttl_s * 1000),
+                    )  # fmt: skip
+                    yield UploadRing(grant, slots, slot_bytes)
+                    yield from self._take_units(up, extent.buffer, slots, slot_bytes, units)
+                finally:
+                    self.metrics.blob_bytes.labels("shm", "in").inc(up.received - start)
+        finally:
+            upload.unmap_file()  # the stages are stopped: nothing views it any more
+            extent.done()
+            shm.release(owner, [lease.lease_id])
+
+    def _take_units(
+        self, upload: Upload, ring: memoryview, slots: int, slot_bytes: int,
+        units: Iterator[tuple[int, int]],
+    ) -> Iterator[int]:  # fmt: skip
+        """Hand each unit to the upload's writer as it arrives (a thread reads the
+        client's messages) and yield its slot once written."""
+        freed: queue.Queue[int | BaseException | None] = queue.Queue()
+        busy = [False] * slots
+
+        def written(slot: int) -> None:
+            busy[slot] = False
+            freed.put(slot)
+
+        def take() -> None:
+            try:
+                for slot, length in units:
+                    if not 0 <= slot < slots:
+                        raise InvalidArgument(f"slot {slot} is not one of the ring's {slots}")
+                    if not 0 < length <= slot_bytes:
+                        raise InvalidArgument(
+                            f"a unit of {length} bytes does not fit a slot of {slot_bytes}"
+                        )
+                    if busy[slot]:
+                        raise InvalidArgument(
+                            f"slot {slot} was sent again before the daemon freed it"
+                        )
+                    busy[slot] = True
+                    at = slot * slot_bytes
+                    self.uploads.write_shared(
+                        upload, ring[at : at + length], functools.partial(written, slot)
+                    )
+                freed.put(None)
+            except BaseException as exc:  # re-raised on the stream's thread
+                freed.put(exc)
+
+        reader = threading.Thread(target=take, name="tiermem-shm-upload", daemon=True)
+        reader.start()
+        try:
+            while (item := freed.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            reader.join()
 
     def _bulk_plane(self) -> DataPlane:
         dataplane = self.dataplane
@@ -1304,3 +1398,7 @@ def _decode_token(token: str) -> bytes | None:
         return base64.urlsafe_b64decode(token.encode())
     except (binascii.Error, ValueError):
         raise InvalidArgument("page_token is not one this server issued") from None
+
+
+def _page_round(n: int, page: int = 4096) -> int:
+    return -(-n // page) * page

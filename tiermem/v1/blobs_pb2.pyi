@@ -354,6 +354,134 @@ class BeginBulkUploadRequest(_message.Message):
 Global___BeginBulkUploadRequest: _TypeAlias = BeginBulkUploadRequest  # noqa: Y015
 
 @_typing.final
+class ShmUploadRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Start(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        UPLOAD_ID_FIELD_NUMBER: _builtins.int
+        OFFSET_FIELD_NUMBER: _builtins.int
+        upload_id: _builtins.str
+        offset: _builtins.int
+        """= acknowledged_offset"""
+        def __init__(
+            self,
+            *,
+            upload_id: _builtins.str = ...,
+            offset: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["offset", b"offset", "upload_id", b"upload_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class Unit(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        SLOT_FIELD_NUMBER: _builtins.int
+        LENGTH_FIELD_NUMBER: _builtins.int
+        slot: _builtins.int
+        """0 .. ring.slots - 1"""
+        length: _builtins.int
+        """bytes at the slot's start: 1 .. slot_bytes"""
+        def __init__(
+            self,
+            *,
+            slot: _builtins.int = ...,
+            length: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["length", b"length", "slot", b"slot"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    START_FIELD_NUMBER: _builtins.int
+    UNIT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def start(self) -> Global___ShmUploadRequest.Start:
+        """the first message, only"""
+
+    @_builtins.property
+    def unit(self) -> Global___ShmUploadRequest.Unit:
+        """every later one"""
+
+    def __init__(
+        self,
+        *,
+        start: Global___ShmUploadRequest.Start | None = ...,
+        unit: Global___ShmUploadRequest.Unit | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["start", b"start", "unit", b"unit", "what", b"what"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["start", b"start", "unit", b"unit", "what", b"what"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_what: _TypeAlias = _typing.Literal["start", "unit"]  # noqa: Y015
+    _WhichOneofArgType_what: _TypeAlias = _typing.Literal["what", b"what"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_what) -> _WhichOneofReturnType_what | None: ...
+
+Global___ShmUploadRequest: _TypeAlias = ShmUploadRequest  # noqa: Y015
+
+@_typing.final
+class ShmUploadReply(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Ring(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        LEASE_FIELD_NUMBER: _builtins.int
+        SLOTS_FIELD_NUMBER: _builtins.int
+        SLOT_BYTES_FIELD_NUMBER: _builtins.int
+        slots: _builtins.int
+        slot_bytes: _builtins.int
+        """slot i starts at lease.offset + i * slot_bytes"""
+        @_builtins.property
+        def lease(self) -> Global___BlobLease:
+            """the arena region holding the slots (range_offset unused)"""
+
+        def __init__(
+            self,
+            *,
+            lease: Global___BlobLease | None = ...,
+            slots: _builtins.int = ...,
+            slot_bytes: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease", "slot_bytes", b"slot_bytes", "slots", b"slots"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    RING_FIELD_NUMBER: _builtins.int
+    FREED_SLOT_FIELD_NUMBER: _builtins.int
+    freed_slot: _builtins.int
+    """one per unit, in the order they were sent"""
+    @_builtins.property
+    def ring(self) -> Global___ShmUploadReply.Ring:
+        """the first reply"""
+
+    def __init__(
+        self,
+        *,
+        ring: Global___ShmUploadReply.Ring | None = ...,
+        freed_slot: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["freed_slot", b"freed_slot", "ring", b"ring", "what", b"what"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["freed_slot", b"freed_slot", "ring", b"ring", "what", b"what"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_what: _TypeAlias = _typing.Literal["ring", "freed_slot"]  # noqa: Y015
+    _WhichOneofArgType_what: _TypeAlias = _typing.Literal["what", b"what"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_what) -> _WhichOneofReturnType_what | None: ...
+
+Global___ShmUploadReply: _TypeAlias = ShmUploadReply  # noqa: Y015
+
+@_typing.final
 class FinishUploadRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -55,6 +55,11 @@ class BlobServiceStub(object):
                 request_serializer=tiermem_dot_v1_dot_blobs__pb2.BeginBulkUploadRequest.SerializeToString,
                 response_deserializer=tiermem_dot_v1_dot_dataplane__pb2.Ticket.FromString,
                 _registered_method=True)
+        self.ShmUpload = channel.stream_stream(
+                '/tiermem.v1.BlobService/ShmUpload',
+                request_serializer=tiermem_dot_v1_dot_blobs__pb2.ShmUploadRequest.SerializeToString,
+                response_deserializer=tiermem_dot_v1_dot_blobs__pb2.ShmUploadReply.FromString,
+                _registered_method=True)
         self.FinishUpload = channel.unary_unary(
                 '/tiermem.v1.BlobService/FinishUpload',
                 request_serializer=tiermem_dot_v1_dot_blobs__pb2.FinishUploadRequest.SerializeToString,
@@ -132,6 +137,23 @@ class BlobServiceServicer(object):
     def BeginBulkUpload(self, request, context):
         """A bulk-channel ticket to send bytes [offset, size) of an upload over TCP
         (dataplane HelloResponse.bulk_address); the TCP status frame ends it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ShmUpload(self, request_iterator, context):
+        """Same-host upload through shared memory (a client that maps the daemon's
+        arena): the first message (`start`) names the upload and the offset it
+        resumes from (= acknowledged_offset); the daemon leases a ring of slots in
+        its arena and answers with it (`ring`). Each further message (`unit`) says
+        a slot holds the next bytes of the upload; the daemon answers each with the
+        slot (`freed_slot`) once it has written those bytes to its staging file, and
+        the client may refill it. The daemon hashes what it wrote, not the slot, so
+        a slot changed too early only fails the final hash check. The client ends
+        the stream when it has sent every byte (the daemon then makes them durable
+        and ends its side), then calls FinishUpload. FAILED_PRECONDITION before
+        the ring: no arena here or no room; use the bulk channel or the gRPC stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -228,6 +250,11 @@ def add_BlobServiceServicer_to_server(servicer, server):
                     servicer.BeginBulkUpload,
                     request_deserializer=tiermem_dot_v1_dot_blobs__pb2.BeginBulkUploadRequest.FromString,
                     response_serializer=tiermem_dot_v1_dot_dataplane__pb2.Ticket.SerializeToString,
+            ),
+            'ShmUpload': grpc.stream_stream_rpc_method_handler(
+                    servicer.ShmUpload,
+                    request_deserializer=tiermem_dot_v1_dot_blobs__pb2.ShmUploadRequest.FromString,
+                    response_serializer=tiermem_dot_v1_dot_blobs__pb2.ShmUploadReply.SerializeToString,
             ),
             'FinishUpload': grpc.unary_unary_rpc_method_handler(
                     servicer.FinishUpload,
@@ -383,6 +410,33 @@ class BlobService(object):
             '/tiermem.v1.BlobService/BeginBulkUpload',
             tiermem_dot_v1_dot_blobs__pb2.BeginBulkUploadRequest.SerializeToString,
             tiermem_dot_v1_dot_dataplane__pb2.Ticket.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShmUpload(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tiermem.v1.BlobService/ShmUpload',
+            tiermem_dot_v1_dot_blobs__pb2.ShmUploadRequest.SerializeToString,
+            tiermem_dot_v1_dot_blobs__pb2.ShmUploadReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -67,6 +67,19 @@ class BlobServiceStub:
     """A bulk-channel ticket to send bytes [offset, size) of an upload over TCP
     (dataplane HelloResponse.bulk_address); the TCP status frame ends it.
     """
+    ShmUpload: _grpc.StreamStreamMultiCallable[_blobs_pb2.ShmUploadRequest, _blobs_pb2.ShmUploadReply]
+    """Same-host upload through shared memory (a client that maps the daemon's
+    arena): the first message (`start`) names the upload and the offset it
+    resumes from (= acknowledged_offset); the daemon leases a ring of slots in
+    its arena and answers with it (`ring`). Each further message (`unit`) says
+    a slot holds the next bytes of the upload; the daemon answers each with the
+    slot (`freed_slot`) once it has written those bytes to its staging file, and
+    the client may refill it. The daemon hashes what it wrote, not the slot, so
+    a slot changed too early only fails the final hash check. The client ends
+    the stream when it has sent every byte (the daemon then makes them durable
+    and ends its side), then calls FinishUpload. FAILED_PRECONDITION before
+    the ring: no arena here or no room; use the bulk channel or the gRPC stream.
+    """
     FinishUpload: _grpc.UnaryUnaryMultiCallable[_blobs_pb2.FinishUploadRequest, _blobs_pb2.UploadReply]
     """Check the hash of all received bytes and store the blob."""
     AbortUpload: _grpc.UnaryUnaryMultiCallable[_blobs_pb2.AbortUploadRequest, _blobs_pb2.AbortUploadResponse]
@@ -112,6 +125,19 @@ class BlobServiceAsyncStub(BlobServiceStub):
     BeginBulkUpload: _aio.UnaryUnaryMultiCallable[_blobs_pb2.BeginBulkUploadRequest, _dataplane_pb2.Ticket]  # type: ignore[assignment]
     """A bulk-channel ticket to send bytes [offset, size) of an upload over TCP
     (dataplane HelloResponse.bulk_address); the TCP status frame ends it.
+    """
+    ShmUpload: _aio.StreamStreamMultiCallable[_blobs_pb2.ShmUploadRequest, _blobs_pb2.ShmUploadReply]  # type: ignore[assignment]
+    """Same-host upload through shared memory (a client that maps the daemon's
+    arena): the first message (`start`) names the upload and the offset it
+    resumes from (= acknowledged_offset); the daemon leases a ring of slots in
+    its arena and answers with it (`ring`). Each further message (`unit`) says
+    a slot holds the next bytes of the upload; the daemon answers each with the
+    slot (`freed_slot`) once it has written those bytes to its staging file, and
+    the client may refill it. The daemon hashes what it wrote, not the slot, so
+    a slot changed too early only fails the final hash check. The client ends
+    the stream when it has sent every byte (the daemon then makes them durable
+    and ends its side), then calls FinishUpload. FAILED_PRECONDITION before
+    the ring: no arena here or no room; use the bulk channel or the gRPC stream.
     """
     FinishUpload: _aio.UnaryUnaryMultiCallable[_blobs_pb2.FinishUploadRequest, _blobs_pb2.UploadReply]  # type: ignore[assignment]
     """Check the hash of all received bytes and store the blob."""
@@ -179,6 +205,25 @@ class BlobServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_dataplane_pb2.Ticket, _abc.Awaitable[_dataplane_pb2.Ticket]]:
         """A bulk-channel ticket to send bytes [offset, size) of an upload over TCP
         (dataplane HelloResponse.bulk_address); the TCP status frame ends it.
+        """
+
+    @_abc_1.abstractmethod
+    def ShmUpload(
+        self,
+        request_iterator: _MaybeAsyncIterator[_blobs_pb2.ShmUploadRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_blobs_pb2.ShmUploadReply], _abc.AsyncIterator[_blobs_pb2.ShmUploadReply]]:
+        """Same-host upload through shared memory (a client that maps the daemon's
+        arena): the first message (`start`) names the upload and the offset it
+        resumes from (= acknowledged_offset); the daemon leases a ring of slots in
+        its arena and answers with it (`ring`). Each further message (`unit`) says
+        a slot holds the next bytes of the upload; the daemon answers each with the
+        slot (`freed_slot`) once it has written those bytes to its staging file, and
+        the client may refill it. The daemon hashes what it wrote, not the slot, so
+        a slot changed too early only fails the final hash check. The client ends
+        the stream when it has sent every byte (the daemon then makes them durable
+        and ends its side), then calls FinishUpload. FAILED_PRECONDITION before
+        the ring: no arena here or no room; use the bulk channel or the gRPC stream.
         """
 
     @_abc_1.abstractmethod
