@@ -558,6 +558,10 @@ class BlobsConfig(_Section):
     """Threads that read and verify one long download from a payload file at once
     (a read unit each: the checks of one unit overlap the read of the next; 2
     measured as good as 1 or 4 on an idle machine here, and best under load)."""
+    local_file_reads: bool = True
+    """Let clients on this host read a cold blob's payload file themselves (they
+    ask with the "file" path, open it with their own permissions and check every
+    block): one copy instead of two; off: such reads go through shared memory."""
     checkpoint_bytes: ByteSize = ByteSize(64 * MiB)
     """An upload is fsynced and its acknowledged offset recorded this often (bytes)."""
     upload_ttl_s: float = Field(default=86_400.0, gt=0)

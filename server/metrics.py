@@ -56,7 +56,7 @@ FIXED_LABEL_VALUES: dict[str, frozenset[str]] = {
     "to_tier": frozenset(TIERS),
     "kind": frozenset(KINDS),
     "code": frozenset(c.name for c in grpc.StatusCode),
-    "path": frozenset({"shm", "bulk", "grpc", "remote"}),
+    "path": frozenset({"shm", "bulk", "grpc", "remote", "file"}),
     "direction": frozenset({"in", "out"}),
     "where": frozenset({"upload", "ssd", "remote", "catalog"}),
     # guard limits and auth failures

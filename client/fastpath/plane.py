@@ -164,7 +164,8 @@ class DataPlane:
         self._lock = threading.Lock()
         self._offer: _Offer | None = None
         self._bulk_down_until = 0.0
-        self._stats = {p: _Counter() for p in PATHS}
+        # "file": blob downloads read by the client from the daemon's payload file
+        self._stats = {p: _Counter() for p in (*PATHS, "file")}
         self._releasing: list[grpc.Future[Any]] = []  # Release calls not yet answered
 
     # -- what the daemon offers ---------------------------------------------------------
@@ -255,7 +256,7 @@ class DataPlane:
         self._count(path, puts, gets, nbytes)
 
     def path_stats(self) -> dict[str, dict[str, int]]:
-        """Objects and bytes moved per path (shm, bulk, grpc) by this client."""
+        """Objects and bytes moved per path (shm, bulk, grpc, file) by this client."""
         with self._lock:
             return {
                 p: {

@@ -12,6 +12,7 @@ from tiermem.server.blobs.model import (
     BlobInfo,
     DownloadPlan,
     Filter,
+    LocalFile,
     ShmGrant,
     StreamGrant,
     UploadRing,
@@ -24,7 +25,7 @@ from tiermem.server.model import MAX_KEY_BYTES, validate_session
 from tiermem.server.services.blobs import BlobService, UploadState
 from tiermem.v1 import blobs_pb2, blobs_pb2_grpc, dataplane_pb2
 
-PATHS = ("shm", "bulk", "grpc")
+PATHS = ("shm", "bulk", "grpc", "file")
 
 
 def _owner(context: grpc.ServicerContext) -> str:
@@ -262,6 +263,16 @@ class BlobServicer(blobs_pb2_grpc.BlobServiceServicer):
         chunk = self._chunk
         try:
             yield blobs_pb2.DownloadChunk(header=header_to_proto(plan))
+            if isinstance(plan.grant, LocalFile):
+                grant = plan.grant
+                local = blobs_pb2.LocalFile(
+                    path=grant.path,
+                    device=grant.device,
+                    inode=grant.inode,
+                    size_bytes=grant.size_bytes,
+                )
+                yield blobs_pb2.DownloadChunk(file=local)
+                return
             if isinstance(plan.grant, ShmGrant):
                 yield blobs_pb2.DownloadChunk(lease=lease_to_proto(plan.grant))
                 if plan.filled is None:  # the DRAM copy: all of it at once

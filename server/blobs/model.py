@@ -113,6 +113,17 @@ class ShmGrant:
 
 
 @dataclass(frozen=True, slots=True)
+class LocalFile:
+    """A streamed download's answer for a client on this host that may read the
+    payload file itself (``BlobService.download`` with "file" in its paths)."""
+
+    path: str
+    device: int
+    inode: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class UploadRing:
     """A same-host upload's ring of slots in the arena (``BlobService.shm_upload``):
     slot ``i`` is ``[grant.offset + i * slot_bytes, ... + slot_bytes)``."""

@@ -55,6 +55,7 @@ from tiermem.server.blobs.model import (
     BlobSpec,
     DownloadPlan,
     Filter,
+    LocalFile,
     ShmGrant,
     StreamGrant,
     UploadRing,
@@ -930,6 +931,16 @@ class BlobService:
         arena = dataplane.shm.arena
         if (
             streamed
+            and "file" in paths
+            and self.config.local_file_reads
+            and isinstance(self.payloads, FilePayloads)
+            and content.store != rec_pb.ContentRecord.INLINE
+            and self.cache.tier(record.namespace, bytes(record.sha256)) != Tier.DRAM
+        ):
+            plan.grant = StreamGrant()  # the Download names the payload file (any length)
+            return plan
+        if (
+            streamed
             and "shm" in paths
             and arena is not None
             and 2 * int(self.config.read_unit_bytes)
@@ -1046,6 +1057,18 @@ class BlobService:
             cached = self._cached(record, self._content(record))
         inline_max = int(self.config.inline_max_bytes)
         if (
+            "file" in paths
+            and self.config.local_file_reads
+            and cached is None
+            and plan.range.aligned_length > inline_max
+        ):
+            local = self._local_file(record)
+            if local is not None:
+                plan.grant = local
+                self.metrics.blob_reads.labels("files").inc()
+                self.metrics.blob_bytes.labels("file", "out").inc(plan.range.length)
+                return plan, iter(())
+        if (
             "shm" in paths
             and plan.range.aligned_length > inline_max
             and self._streamed_grant(record, plan, cached, owner, lease_ttl_ms)
@@ -1064,6 +1087,21 @@ class BlobService:
                 self.metrics.blob_bytes.labels("grpc", "out").inc(sent)
 
         return plan, stream()
+
+    def _local_file(self, record: rec_pb.BlobRecord) -> LocalFile | None:
+        """The payload file of a blob kept in the ``files`` store, for a client on
+        this host to read itself (it checks every block); None for other stores."""
+        if not isinstance(self.payloads, FilePayloads):
+            return None
+        content = self._content(record)
+        if content.store == rec_pb.ContentRecord.INLINE:
+            return None
+        path = self.payloads.path(bytes(record.sha256))
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None  # the daemon's own read reports it (and marks it damaged)
+        return LocalFile(str(path), st.st_dev, st.st_ino, st.st_size)
 
     def _streamed_grant(
         self, record: rec_pb.BlobRecord, plan: DownloadPlan, cached: Any, owner: str, ttl_ms: int

@@ -27,6 +27,7 @@ SMALL_UNITS = {
         "read_unit_bytes": 64 * KiB,
         "read_threads": 3,
         "cache_enabled": False,  # every read is a cold one
+        "local_file_reads": False,  # else a local client reads the payload file itself
     }
 }
 

@@ -563,7 +563,7 @@ class OpenDownloadRequest(_message.Message):
     def ref(self) -> Global___BlobRef: ...
     @_builtins.property
     def paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """fast paths the client can use: "shm", "bulk" """
+        """fast paths the client can use: "shm", "bulk", "file" """
 
     def __init__(
         self,
@@ -724,12 +724,14 @@ class DownloadRequest(_message.Message):
     length: _builtins.int
     """0 = to the end"""
     lease_ttl_ms: _builtins.int
-    """shm lease TTL asked (0 = the daemon's default)"""
+    """"file": the client may read the payload file (LocalFile)
+    shm lease TTL asked (0 = the daemon's default)
+    """
     @_builtins.property
     def ref(self) -> Global___BlobRef: ...
     @_builtins.property
     def paths(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """"shm": the range may come by a shared-memory lease"""
+        """"shm": the range may come by a shared-memory lease;"""
 
     def __init__(
         self,
@@ -756,6 +758,7 @@ class DownloadChunk(_message.Message):
     DATA_FIELD_NUMBER: _builtins.int
     LEASE_FIELD_NUMBER: _builtins.int
     VERIFIED_BYTES_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
     data: _builtins.bytes
     verified_bytes: _builtins.int
     """bytes [0, verified_bytes) of the region are verified"""
@@ -765,6 +768,10 @@ class DownloadChunk(_message.Message):
     def lease(self) -> Global___BlobLease:
         """after the header: the aligned range is in this region"""
 
+    @_builtins.property
+    def file(self) -> Global___LocalFile:
+        """after the header: read the aligned range from this file"""
+
     def __init__(
         self,
         *,
@@ -772,16 +779,53 @@ class DownloadChunk(_message.Message):
         data: _builtins.bytes = ...,
         lease: Global___BlobLease | None = ...,
         verified_bytes: _builtins.int = ...,
+        file: Global___LocalFile | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "header", b"header", "lease", b"lease", "part", b"part", "verified_bytes", b"verified_bytes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "file", b"file", "header", b"header", "lease", b"lease", "part", b"part", "verified_bytes", b"verified_bytes"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "header", b"header", "lease", b"lease", "part", b"part", "verified_bytes", b"verified_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "file", b"file", "header", b"header", "lease", b"lease", "part", b"part", "verified_bytes", b"verified_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["header", "data", "lease", "verified_bytes"]  # noqa: Y015
+    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["header", "data", "lease", "verified_bytes", "file"]  # noqa: Y015
     _WhichOneofArgType_part: _TypeAlias = _typing.Literal["part", b"part"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_part) -> _WhichOneofReturnType_part | None: ...
 
 Global___DownloadChunk: _TypeAlias = DownloadChunk  # noqa: Y015
+
+@_typing.final
+class LocalFile(_message.Message):
+    """A short-circuit read for a client on the daemon's host that asked for the
+    "file" path: the content's payload file, which the client opens itself
+    (read-only; only if its user may) and checks against device and inode
+    before reading the aligned range and verifying every block against the
+    header's block_xxh3. A client that cannot (no permission, another mount
+    namespace, the file replaced or damaged) reads again without "file".
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    INODE_FIELD_NUMBER: _builtins.int
+    SIZE_BYTES_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    device: _builtins.int
+    inode: _builtins.int
+    size_bytes: _builtins.int
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        device: _builtins.int = ...,
+        inode: _builtins.int = ...,
+        size_bytes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "inode", b"inode", "path", b"path", "size_bytes", b"size_bytes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LocalFile: _TypeAlias = LocalFile  # noqa: Y015
 
 @_typing.final
 class StatBlobRequest(_message.Message):
