@@ -10,13 +10,16 @@
   the issue measured at ~0.53 GB/s in / ~0.34 GB/s out;
 * **tiermem** — ``client.blobs.put`` / ``get_into`` against a daemon process on
   127.0.0.1 with the default fast paths of a client on the same host: uploads
-  over the bulk TCP channel; downloads by shared memory (a cold blob is read
-  and verified by the daemon straight into a leased arena extent, a hot one is
-  leased where the DRAM cache holds it); once with payloads in tiermem's own files
-  (``blobs.payload_store=files``, the default) and once in LanceDB
-  (``payload_store=lance``). Uploads are durable when acknowledged. Cold
-  downloads read a blob nobody has read yet, its pages dropped from the page
-  cache; hot downloads read a blob the daemon copied into DRAM.
+  through a ring of slots in the daemon's shared-memory arena (``ShmUpload``);
+  cold downloads read by the client from the payload file the daemon names
+  (the ``file`` path, every block checked; with payloads in LanceDB, which has
+  no such file, streamed through a leased arena extent the daemon reads and
+  verifies into), hot ones leased where the DRAM cache holds them; once with
+  payloads in tiermem's own files (``blobs.payload_store=files``, the default)
+  and once in LanceDB (``payload_store=lance``). Uploads are durable when
+  acknowledged. Cold downloads read a blob nobody has read yet, its pages
+  dropped from the page cache; hot downloads read a blob the daemon copied
+  into DRAM. The paths each run used are in ``results.paths``.
 
 Sizes: 256 MiB and 4 MiB. Goals (256 MiB): tiermem upload >= 0.5x and download
 >= 0.6x the plain-file figure; hot-cache download >= 1 GB/s.
