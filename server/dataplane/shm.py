@@ -345,6 +345,8 @@ class SharedMemoryPlane:
         opened: straight into staging extents (returned, ready to lease: their
         end adopts them) when a remote stager is set and the keys are distinct,
         else into the local tiers (``fill``)."""
+        # (a staged object has no owning session: values in the remote store carry
+        # none, so any caller allowed to read the namespace may read it)
         remote = self.remote
         if remote is None or len(set(keys)) != len(keys):
             if self.fill is not None:

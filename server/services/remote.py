@@ -389,7 +389,8 @@ class RemoteService:
         {key: (metadata, filled reservation)} for the values verified that way;
         the caller leases the extents and hands each to ``adopt_filled`` when
         done with it. Raises Corrupted for a payload that fails its checksum,
-        PermissionDenied as ``fill``; on any exception the caller gives back
+        and what admitting a read of each namespace raises (PermissionDenied,
+        the namespace's request limits); on any exception the caller gives back
         every extent ``reserve`` handed out (none is returned then).
 
         Objects this daemon demoted (served from the remote tier) are brought
@@ -399,8 +400,16 @@ class RemoteService:
         shared = [k for k in keys if k.kind in self.kinds]
         if not shared:
             return {}
-        for namespace in {k.namespace for k in shared}:
-            self.store.guard.authorize(namespace, Role.READ)
+        # admitted as reads (authorized, within the namespace's request limits),
+        # like the ordinary open of each object it replaces
+        with contextlib.ExitStack() as admitted:
+            for namespace in {k.namespace for k in shared}:
+                admitted.enter_context(self.store.guard.admit(namespace, Role.READ))
+            return self._stage(shared, reserve)
+
+    def _stage(
+        self, shared: list[ObjectKey], reserve: Callable[[ObjectMeta], Reservation | None]
+    ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
         with self.store.lock:
             entries = [self.catalog.find(k.encode()) for k in shared]
             known = {k.namespace for k in shared if k.namespace in self.catalog.namespaces}

@@ -47,15 +47,22 @@ def _pair(peer: Peer, make_remote_daemon: Callable[..., Daemon]) -> tuple[Daemon
     return make_remote_daemon("a", config), make_remote_daemon("b", config)
 
 
-def test_a_leased_remote_block_is_adopted_when_its_lease_is_released(
-    peer: Peer, make_remote_daemon: Callable[..., Daemon]
-) -> None:
+def _published_by_a(
+    peer: Peer, make_remote_daemon: Callable[..., Daemon], n: int, seed: int
+) -> tuple[Daemon, list[KvBlock], list[ObjectKey]]:
+    """Daemon B, and ``n`` blocks daemon A wrote and published (with their keys)."""
     a, b = _pair(peer, make_remote_daemon)
-    written = blocks(4, seed=11)
-    keys = _keys([blk.chunk_hash for blk in written])
+    written = blocks(n, seed=seed)
     with Client(a.address) as ca:
         ca.kv.put_blocks(SCOPE, written)
     a.maintain()
+    return b, written, _keys([blk.chunk_hash for blk in written])
+
+
+def test_a_leased_remote_block_is_adopted_when_its_lease_is_released(
+    peer: Peer, make_remote_daemon: Callable[..., Daemon]
+) -> None:
+    b, written, keys = _published_by_a(peer, make_remote_daemon, 4, seed=11)
     shm = b.dataplane.shm
     grants = shm.lease("worker", keys, ttl_s=30.0, inline_max_bytes=0)
     for grant, blk in zip(grants, written, strict=True):
@@ -79,12 +86,7 @@ def test_a_leased_remote_block_is_adopted_when_its_lease_is_released(
 def test_a_lease_that_runs_out_adopts_its_block_when_it_is_reaped(
     peer: Peer, make_remote_daemon: Callable[..., Daemon]
 ) -> None:
-    a, b = _pair(peer, make_remote_daemon)
-    written = blocks(2, seed=12)
-    keys = _keys([blk.chunk_hash for blk in written])
-    with Client(a.address) as ca:
-        ca.kv.put_blocks(SCOPE, written)
-    a.maintain()
+    b, written, keys = _published_by_a(peer, make_remote_daemon, 2, seed=12)
     b.dataplane.shm.lease("gone-worker", keys, ttl_s=0.0, inline_max_bytes=0)
     assert b.dataplane.reap_expired() == 2
     assert sample(b, ADOPTED) == 2
