@@ -16,10 +16,13 @@ store (same ``tiers.remote.deployment``), as two inference nodes would.
   ``--blocks`` KV blocks of 1 MiB twice per round; B reads them in batches of
   16, as an inference worker would: one request per batch. The blocks are not
   in B: each batch's data-plane read (shared memory) makes B fetch them from
-  the remote store (in parts on the wire at once), verify each against its
-  checksum, adopt it into its DRAM arena and lease it to the client, which
-  copies it out. The first set is read with ``kv.get_blocks`` (what LMCache
-  calls; the goal), the second with ``dataplane.get_many``. The store's own
+  the remote store (Redis: in parts on the wire at once, over B's own RESP
+  connections into reused buffers), copy each into a fresh arena extent while
+  verifying it against its checksum, and lease those extents to the client,
+  which copies them out; B adopts each extent as the block's storage when the
+  client releases its lease (beside the next request). The first set is read
+  with ``kv.get_blocks`` (what LMCache calls; the goal), the second with
+  ``dataplane.get_many``. The store's own
   Python client reads the very same values in the same batches (redis-py
   ``RedisCluster`` pipelines of GET; Mooncake's ``batch_get_buffer``) into
   bytes, as tiermem's client does into new buffers. Each round reads fresh

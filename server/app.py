@@ -205,6 +205,7 @@ class Daemon:
         self.dataplane = DataPlane(self.objects, cfg, self.metrics)
         if self.remote is not None:
             self.dataplane.fill_from(self.remote.fill)
+            self.dataplane.shm.remote = self.remote
         self._build_agent_memory(data_dir)
         self.vectors = VectorService(
             cfg.vectors, self.store, data_dir / "vectors", cfg.server.max_message_bytes - 65536

@@ -26,7 +26,11 @@ Read: ``lease`` opens each object like a gRPC Get. An object served from the
 arena is leased where it is (its copy is referenced, so a move or delete
 defers the free, and ``make_room`` skips it); any other object (SSD, HBM, a
 small value) is copied into a staging extent owned by the lease. Values up to
-``inline_max_bytes`` come inline in the reply instead of by lease.
+``inline_max_bytes`` come inline in the reply instead of by lease. An object
+this daemon does not hold, found in the remote tier (``remote``), is fetched,
+verified and copied straight into a staging extent that is leased; when that
+lease ends, the extent becomes the adopted object's storage (no second copy,
+and no catalog work before the reply).
 
 A lease ends once: released, committed, or reaped after its TTL by the
 background worker. Clients must finish using a region before the TTL they
@@ -42,6 +46,8 @@ import threading
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Protocol
 
 import xxhash
 
@@ -54,6 +60,17 @@ from tiermem.server.services.leases import Lease, LeaseKind, LeaseTable, Region
 from tiermem.server.services.objects import ObjectRead, ObjectService, PutSpec
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.dram import DramEngine
+
+
+class RemoteStager(Protocol):
+    """What the plane needs of the remote tier (``RemoteService``) to serve
+    objects it does not hold straight from the remote store."""
+
+    def stage(
+        self, keys: Sequence[ObjectKey], reserve: Callable[[ObjectMeta], Reservation | None]
+    ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]: ...
+
+    def adopt_filled(self, meta: ObjectMeta, reservation: Reservation) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +160,9 @@ class SharedMemoryPlane:
         #: brings objects not held here in from the remote tier before a read
         #: (``RemoteService.fill``; set by the daemon when it has one)
         self.fill: Callable[[Sequence[ObjectKey]], None] | None = None
+        #: serves objects not held here straight from the remote tier, in staging
+        #: extents adopted when their leases end (set by the daemon; else ``fill``)
+        self.remote: RemoteStager | None = None
         self._info: ArenaInfo | None = None
 
     # -- what clients need to map the arena ---------------------------------------------
@@ -295,17 +315,17 @@ class SharedMemoryPlane:
         the session the client acts as (what it may read is checked as for Get)."""
         arena = self._require_arena()
         self._check_batch(len(keys), "Lease")
-        if self.fill is not None:
-            self.fill(keys)
         inline_max = min(inline_max_bytes or self._config.inline_max_bytes, self._inline_cap())
+        staged = self._fill(arena, keys, inline_max)
         opened: list[tuple[ObjectMeta, Region | None, bytes | None]] = []
         try:
             for key in keys:
-                opened.append(self._open_one(arena, key, inline_max, caller))
+                hit = staged.pop(key, None)
+                opened.append(hit or self._open_one(arena, key, inline_max, caller))
             regions = [region for _meta, region, _inline in opened if region is not None]
             granted = iter(self._leases.grant_many(owner, LeaseKind.READ, ttl_s, regions))
         except BaseException:
-            for _meta, region, _inline in opened:
+            for _meta, region, _inline in [*opened, *staged.values()]:
                 if region is not None:
                     region[2]()
             raise
@@ -317,6 +337,53 @@ class SharedMemoryPlane:
         self._metrics.dataplane_leases.labels("read").inc(len(regions))
         self._metrics.data_bytes.labels("shm", "out").inc(leased_bytes)
         return grants
+
+    def _fill(
+        self, arena: DramEngine, keys: Sequence[ObjectKey], inline_max: int
+    ) -> dict[ObjectKey, tuple[ObjectMeta, Region | None, bytes | None]]:
+        """Bring in the objects not held here from the remote tier before they are
+        opened: straight into staging extents (returned, ready to lease: their
+        end adopts them) when a remote stager is set and the keys are distinct,
+        else into the local tiers (``fill``)."""
+        # (a staged object has no owning session: values in the remote store carry
+        # none, so any caller allowed to read the namespace may read it)
+        remote = self.remote
+        if remote is None or len(set(keys)) != len(keys):
+            if self.fill is not None:
+                self.fill(keys)
+            return {}
+        handed: list[Reservation] = []
+
+        def reserve(meta: ObjectMeta) -> Reservation | None:
+            size = meta.size_bytes
+            if size <= inline_max or size < arena.arena_min_bytes:
+                return None  # comes inline: adopted first, then read
+            try:
+                reservation = self._reserve_staging(size, meta.key.kind)
+            except TiermemError:
+                return None  # no room to stage: adopted (or not) the ordinary way
+            handed.append(reservation)
+            return reservation
+
+        try:
+            staged = remote.stage(keys, reserve)
+        except BaseException:
+            for reservation in handed:
+                self._drop(reservation)
+            raise
+        kept = {id(reservation) for _meta, reservation in staged.values()}
+        for reservation in handed:
+            if id(reservation) not in kept:
+                self._drop(reservation)
+        return {
+            key: (meta, (r.location, r.size, partial(self._adopt, remote, meta, r), None), None)
+            for key, (meta, r) in staged.items()
+        }
+
+    def _adopt(self, remote: RemoteStager, meta: ObjectMeta, reservation: Reservation) -> None:
+        """A staged remote object's lease ended: its extent becomes the object's."""
+        self._budget.give(reservation.size)
+        remote.adopt_filled(meta, reservation)
 
     def _inline_cap(self) -> int:
         return int(self._config.inline_max_bytes)

@@ -18,7 +18,12 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
 * **pull** — reads of such chunks fetch them in one batch, verify every payload
   against its checksum, and then either promote them (objects this daemon
   demoted) or *adopt* them: an object another daemon wrote becomes a local
-  object with a catalog entry, placed by admission like any put.
+  object with a catalog entry, placed by admission like any put;
+* **stage** — a shared-memory read of objects this daemon does not hold has
+  them fetched, verified and copied straight into extents the client is
+  leased (no catalog work before the reply); each extent becomes the adopted
+  object's storage when its lease ends (``adopt_filled``), off the reply's
+  critical path.
 
 Values the remote store no longer has are misses: their stale catalog entries
 are removed (``Store.forget_stale``), never reported as errors.
@@ -32,7 +37,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +57,7 @@ from tiermem.server.services.guard import Role
 from tiermem.server.services.objects import ObjectService, PutSpec
 from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.store import Store, ValueRead
+from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.remote import RemoteTier, RemoteValue
 from tiermem.server.tiers.remote.engine import release_all
 
@@ -373,6 +379,120 @@ class RemoteService:
             raise
         return value
 
+    def stage(
+        self, keys: Sequence[ObjectKey], reserve: Callable[[ObjectMeta], Reservation | None]
+    ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
+        """Serve the objects among ``keys`` that this daemon does not hold (no
+        catalog entry; kinds it shares) straight from the remote store: each
+        value is fetched (parts on the wire at once, as ``pull``) and copied into
+        the extent ``reserve(meta)`` gives, hashed as it is copied. Returns
+        {key: (metadata, filled reservation)} for the values verified that way;
+        the caller leases the extents and hands each to ``adopt_filled`` when
+        done with it. Raises Corrupted for a payload that fails its checksum,
+        and what admitting a read of each namespace raises (PermissionDenied,
+        the namespace's request limits); on any exception the caller gives back
+        every extent ``reserve`` handed out (none is returned then).
+
+        Objects this daemon demoted (served from the remote tier) are brought
+        in as ``fill`` does; values ``reserve`` declines (None: too small for
+        an extent, no room) are adopted as ``fill`` does; misses and an
+        unavailable store are left to the read that follows."""
+        shared = [k for k in keys if k.kind in self.kinds]
+        if not shared:
+            return {}
+        # admitted as reads (authorized, within the namespace's request limits),
+        # like the ordinary open of each object it replaces
+        with contextlib.ExitStack() as admitted:
+            for namespace in {k.namespace for k in shared}:
+                admitted.enter_context(self.store.guard.admit(namespace, Role.READ))
+            return self._stage(shared, reserve)
+
+    def _stage(
+        self, shared: list[ObjectKey], reserve: Callable[[ObjectMeta], Reservation | None]
+    ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
+        with self.store.lock:
+            entries = [self.catalog.find(k.encode()) for k in shared]
+            known = {k.namespace for k in shared if k.namespace in self.catalog.namespaces}
+        demoted = [
+            k.encode() for k, e in zip(shared, entries, strict=True) if e and e.tier == Tier.REMOTE
+        ]
+        missing = [
+            k for k, e in zip(shared, entries, strict=True) if e is None and k.namespace in known
+        ]
+        if demoted:
+            self._bring_in(demoted, touch=False)
+        out: dict[ObjectKey, tuple[ObjectMeta, Reservation]] = {}
+        if not missing:
+            return out
+        parts = self.remote.read([k.encode() for k in missing])
+        try:
+            for part, values in parts:
+                for n, (i, value) in enumerate(zip(part, values, strict=True)):
+                    try:
+                        staged = self._stage_one(value, reserve)
+                    except BaseException:
+                        release_all(values[n + 1 :])
+                        raise
+                    if staged is not None:
+                        out[missing[i]] = staged
+        except Unavailable:
+            pass  # counted and logged by the engine; what arrived is served
+        finally:
+            parts.close()  # parts still on the wire are dropped when they arrive
+        return out
+
+    def _stage_one(
+        self,
+        value: RemoteValue | Corrupted | None,
+        reserve: Callable[[ObjectMeta], Reservation | None],
+    ) -> tuple[ObjectMeta, Reservation] | None:
+        """One fetched value into its extent (see ``stage``); releases the value."""
+        if isinstance(value, Corrupted):
+            raise value
+        if value is None:
+            return None  # not in the store: the read reports it missing
+        try:
+            reservation = reserve(value.meta)
+        except BaseException:
+            value.release()
+            raise
+        if reservation is None:  # _take releases the value unless it returns it
+            got = self._take(value.meta.key.encode(), None, value, touch=False)
+            if got is not None:
+                got.release()
+            return None
+        try:
+            self.remote.copy_verified(value, value.meta.checksum, reservation.buffer)
+        finally:
+            value.release()
+        self._count_read(value.meta.key.kind)
+        return value.meta, reservation
+
+    def adopt_filled(self, meta: ObjectMeta, reservation: Reservation) -> None:
+        """Adopt an object (see ``adopt``) whose verified bytes fill
+        ``reservation`` (from ``stage``), which becomes its storage; when it
+        cannot be placed (someone stored the key meanwhile, no room), the
+        reservation is given back. Never raises: it runs when a lease ends."""
+        spec = self._adoption_spec(meta)
+        try:
+            profile = self.objects.prepare(spec)
+        except BaseException as exc:
+            self.objects.abort(reservation)
+            if not isinstance(exc, TiermemError):
+                log.exception("adopting %s failed", meta.key)
+            return
+        try:
+            self.objects.commit_filled(
+                spec, profile, reservation, meta.checksum, "remote", sync=False, publish=False
+            )
+        except TiermemError as exc:  # the commit gave the space back
+            log.debug("not adopting %s: %s", meta.key, exc)
+            return
+        except Exception:
+            log.exception("adopting %s failed", meta.key)
+            return
+        self._adopted(meta, touch=True)
+
     def fill(self, keys: Sequence[ObjectKey]) -> None:
         """Bring the objects among ``keys`` that this daemon does not hold, of the
         kinds it shares, from the remote store into its local tiers before they
@@ -435,21 +555,7 @@ class RemoteService:
         with self.store.lock:
             if key.namespace not in self.catalog.namespaces or self.catalog.find(encoded):
                 return False
-        profile = dataclasses.replace(
-            meta.profile,
-            pin=False,
-            preferred_tier=None,
-            durability=Durability.CACHE,  # this daemon never promised to keep it
-            next_access_unix_ms=0,
-        )
-        spec = PutSpec(
-            key=key,
-            size_bytes=meta.size_bytes,
-            profile=profile,
-            tensor=meta.tensor,
-            codec=meta.codec,
-            if_absent=True,
-        )
+        spec = self._adoption_spec(meta)
         try:
             profile = self.objects.prepare(spec)
             reservation = self.objects.reserve(meta.size_bytes, profile, key.kind)
@@ -468,6 +574,32 @@ class RemoteService:
         except (CapacityExceeded, TiermemError) as exc:  # the commit gave the space back
             log.debug("not adopting %s: %s", key, exc)
             return False
+        self._adopted(meta, touch)
+        return True
+
+    @staticmethod
+    def _adoption_spec(meta: ObjectMeta) -> PutSpec:
+        """The put that adopts another daemon's object: CACHE (this daemon never
+        promised to keep it), not pinned, placed by admission."""
+        profile = dataclasses.replace(
+            meta.profile,
+            pin=False,
+            preferred_tier=None,
+            durability=Durability.CACHE,
+            next_access_unix_ms=0,
+        )
+        return PutSpec(
+            key=meta.key,
+            size_bytes=meta.size_bytes,
+            profile=profile,
+            tensor=meta.tensor,
+            codec=meta.codec,
+            if_absent=True,
+        )
+
+    def _adopted(self, meta: ObjectMeta, touch: bool) -> None:
+        """Mark a just adopted object as having a remote copy (and count an access)."""
+        encoded = meta.key.encode()
         with self.store.lock:
             entry = self.catalog.find(encoded)
             if entry is not None and entry.checksum == meta.checksum:
@@ -475,4 +607,3 @@ class RemoteService:
                 if touch:
                     self.catalog.touch(entry.row, encoded)
         self.store.metrics.remote_adopted.inc()
-        return True

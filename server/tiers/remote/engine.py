@@ -72,6 +72,18 @@ def release_all(values: Iterable[RemoteValue | Corrupted | None]) -> None:
             value.release()
 
 
+def _once(fn: Callable[[], None]) -> Callable[[], None]:
+    """``fn`` made safe to call twice (a pooled buffer given back twice could be
+    handed to two readers at once)."""
+    done = threading.Lock()
+
+    def call() -> None:
+        if done.acquire(blocking=False):
+            fn()
+
+    return call
+
+
 #: Pause between retries of a failed operation (seconds).
 RETRY_BACKOFF_S = 0.05
 #: Parts a read is cut into by default, per backend (``tiers.remote.read_parallel``).
@@ -269,7 +281,7 @@ class RemoteTier:
                 out.append(exc)
                 continue
             self.metrics.remote_bytes.labels("in").inc(len(payload))
-            out.append(RemoteValue(meta, payload, partial(client.release, owner)))
+            out.append(RemoteValue(meta, payload, _once(partial(client.release, owner))))
         found = sum(1 for v in out if isinstance(v, RemoteValue))
         self._count_objects("get", found, len(out) - found, "missing")
         return out

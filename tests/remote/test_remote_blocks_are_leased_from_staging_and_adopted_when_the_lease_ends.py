@@ -1,0 +1,117 @@
+"""A shared-memory read of blocks daemon B does not hold is served straight
+from the remote store: B fetches each block, verifies it as it copies it into a
+fresh arena extent and leases that extent, with no catalog work before the
+reply. When the lease ends (released, or reaped after its TTL) the extent
+becomes the adopted object's storage; if B stored the key itself meanwhile,
+the extent is given back instead and B's own object stays."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from tests.remote.conftest import Peer, remote_config, sample
+from tests.remote.test_blocks_another_daemon_wrote_are_read_through_the_data_plane import (
+    SCOPE,
+    blocks,
+    key_of,
+)
+from tiermem.client import Client, KvBlock
+from tiermem.server.app import Daemon
+from tiermem.server.dataplane.shm import ReadGrant
+from tiermem.server.model import Kind, ObjectKey, Tier
+
+ADOPTED = "tiermem_remote_adopted_objects_total"
+
+
+def _keys(hashes: list[int]) -> list[ObjectKey]:
+    return [ObjectKey("default", Kind.KV_BLOCK, key_of(h)) for h in hashes]
+
+
+def _arena_bytes(daemon: Daemon, grant: ReadGrant) -> bytes:
+    info = daemon.dataplane.shm.info()
+    assert info is not None and grant.lease is not None
+    with Path(info.path).open("rb") as f:
+        f.seek(grant.lease.offset)
+        return f.read(grant.lease.length)
+
+
+def _dram_used(daemon: Daemon) -> int:
+    return daemon.store.memory[Tier.DRAM].used_bytes
+
+
+def _pair(peer: Peer, make_remote_daemon: Callable[..., Daemon]) -> tuple[Daemon, Daemon]:
+    config = remote_config(peer)
+    return make_remote_daemon("a", config), make_remote_daemon("b", config)
+
+
+def _published_by_a(
+    peer: Peer, make_remote_daemon: Callable[..., Daemon], n: int, seed: int
+) -> tuple[Daemon, list[KvBlock], list[ObjectKey]]:
+    """Daemon B, and ``n`` blocks daemon A wrote and published (with their keys)."""
+    a, b = _pair(peer, make_remote_daemon)
+    written = blocks(n, seed=seed)
+    with Client(a.address) as ca:
+        ca.kv.put_blocks(SCOPE, written)
+    a.maintain()
+    return b, written, _keys([blk.chunk_hash for blk in written])
+
+
+def test_a_leased_remote_block_is_adopted_when_its_lease_is_released(
+    peer: Peer, make_remote_daemon: Callable[..., Daemon]
+) -> None:
+    b, written, keys = _published_by_a(peer, make_remote_daemon, 4, seed=11)
+    shm = b.dataplane.shm
+    grants = shm.lease("worker", keys, ttl_s=30.0, inline_max_bytes=0)
+    for grant, blk in zip(grants, written, strict=True):
+        assert grant.meta.tier == Tier.REMOTE  # served from the staging extent
+        assert _arena_bytes(b, grant) == blk.data.tobytes()
+    with b.store.lock:
+        assert all(b.store.catalog.find(k.encode()) is None for k in keys)
+    assert sample(b, ADOPTED) == 0
+    shm.release("worker", [g.lease.lease_id for g in grants if g.lease is not None])
+    assert sample(b, ADOPTED) == 4
+    # now local, in the very extents that were leased: no remote call to read them
+    gets = sample(b, "tiermem_remote_operations_total", op="get", result="ok")
+    again = shm.lease("worker", keys, ttl_s=30.0, inline_max_bytes=0)
+    assert [g.meta.tier for g in again] == [Tier.DRAM] * 4
+    assert [g.lease.offset for g in again if g.lease] == [g.lease.offset for g in grants if g.lease]
+    assert [_arena_bytes(b, g) for g in again] == [blk.data.tobytes() for blk in written]
+    shm.release("worker", [g.lease.lease_id for g in again if g.lease is not None])
+    assert sample(b, "tiermem_remote_operations_total", op="get", result="ok") == gets
+
+
+def test_a_lease_that_runs_out_adopts_its_block_when_it_is_reaped(
+    peer: Peer, make_remote_daemon: Callable[..., Daemon]
+) -> None:
+    b, written, keys = _published_by_a(peer, make_remote_daemon, 2, seed=12)
+    b.dataplane.shm.lease("gone-worker", keys, ttl_s=0.0, inline_max_bytes=0)
+    assert b.dataplane.reap_expired() == 2
+    assert sample(b, ADOPTED) == 2
+    with Client(b.address) as cb:
+        got = cb.kv.get_blocks(SCOPE, [blk.chunk_hash for blk in written], path="shm")
+    assert [bytes(g.data or b"") for g in got] == [blk.data.tobytes() for blk in written]
+
+
+def test_a_key_stored_meanwhile_keeps_its_own_value_and_the_extent_is_given_back(
+    peer: Peer, make_remote_daemon: Callable[..., Daemon]
+) -> None:
+    a, b = _pair(peer, make_remote_daemon)
+    (blk,) = blocks(1, seed=13)
+    (key,) = _keys([blk.chunk_hash])
+    ours = KvBlock(blk.chunk_hash, np.full(len(blk.data), 7, dtype=np.uint8))
+    with Client(a.address) as ca, Client(b.address) as cb:
+        ca.kv.put_blocks(SCOPE, [blk])
+        a.maintain()
+        before = _dram_used(b)
+        (grant,) = b.dataplane.shm.lease("worker", [key], ttl_s=30.0, inline_max_bytes=0)
+        assert _arena_bytes(b, grant) == blk.data.tobytes()
+        cb.kv.put_blocks(SCOPE, [ours])  # B stores the key itself while the lease runs
+        assert grant.lease is not None
+        b.dataplane.shm.release("worker", [grant.lease.lease_id])
+        assert sample(b, ADOPTED) == 0
+        (got,) = cb.kv.get_blocks(SCOPE, [blk.chunk_hash], path="shm")
+        assert bytes(got.data or b"") == ours.data.tobytes()
+    assert _dram_used(b) == before + len(blk.data)  # B's own block only: no extent leaked
