@@ -331,12 +331,17 @@ class PlacementService:
             self.store.metrics.placement_admission_drops.labels(entry.kind.name).inc()
 
     def keeps(self, entry: Entry, profile: Profile) -> bool:
-        """Whether admission keeps a new CACHE object (``Planner.admit`` does not
-        end at DROP for it, or offers a memory tier first)."""
+        """Whether admission, asked now, keeps a new CACHE object: its first
+        choice (``Planner.admit``, the put's preferred tier included) is not DROP."""
         with self.store.lock:
             prior = self.catalog.learner.prior(int(entry.kind), int(profile.hint))
         admissions = self.planner.admit(
-            entry.size, int(entry.kind), prior, False, self.store.tier_states()
+            entry.size,
+            int(entry.kind),
+            prior,
+            False,
+            self.store.tier_states(),
+            int(profile.preferred_tier) if profile.preferred_tier is not None else None,
         )
         return not admissions or admissions[0].tier != DROP
 

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from tiermem.client import AccessHint, Client, Durability, Kind, Profile
+from tiermem.client import AccessHint, Client, Durability, Kind, Profile, Tier
 from tiermem.client.kv import KvBlock, KvScope
 from tiermem.server.app import Daemon
 
@@ -76,10 +76,14 @@ def test_one_shot_chunks_after_a_hit_are_dropped_and_the_rest_kept(
         cold = Profile(hint=AccessHint.COLD, durability=Durability.DURABLE)
         client.put(Kind.BLOB, "cold-durable", data, profile=cold)
         assert client.get(Kind.BLOB, "cold-durable") == data
-        # a CACHE object overwritten by a dropped put is gone, not stale
+        # a COLD CACHE object put with a preferred tier is kept there
+        kept = Profile(hint=AccessHint.COLD, preferred_tier=Tier.DRAM)
+        kv.put_blocks(scope, blocks(500, 1), profile=kept, path=path)
+        assert kv.get_blocks(scope, [500])[0].found
+        # a CACHE object overwritten by a put admission does not keep is gone
+        # (or, where no free memory received the new bytes, on SSD): never stale
         kv.put_blocks(scope, blocks(400, 1), path=path)
-        kv.put_new_chunks(
-            scope, [KvBlock(400, np.zeros(BLOCK_BYTES, dtype=np.uint8))],
-            prefix_hit_chunks=1, path=path,
-        )  # fmt: skip
-        assert not kv.get_blocks(scope, [400])[0].found
+        new = np.zeros(BLOCK_BYTES, dtype=np.uint8)
+        kv.put_new_chunks(scope, [KvBlock(400, new)], prefix_hit_chunks=1, path=path)
+        fetched = kv.get_blocks(scope, [400])[0]
+        assert not fetched.found or bytes(fetched.data) == new.tobytes()
