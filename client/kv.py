@@ -35,7 +35,7 @@ from tiermem.client.errors import (
     UnavailableError,
 )
 from tiermem.client.fastpath.plane import DataPlane, ObjectRef, PutItem
-from tiermem.client.types import Kind, ObjectInfo, Profile, Tier
+from tiermem.client.types import AccessHint, Kind, ObjectInfo, Profile, Tier
 from tiermem.v1 import common_pb2, kv_pb2, kv_pb2_grpc
 
 ChunkHash = int | bytes
@@ -347,6 +347,29 @@ class KvClient:
         if batch:
             out += self._put_batch(scope, batch, profile, session, codec, timeout_s)
         return out
+
+    def put_new_chunks(
+        self,
+        scope: KvScope,
+        blocks: Sequence[KvBlock],
+        *,
+        prefix_hit_chunks: int,
+        session: str = "",
+        profile: Profile | None = None,
+        **kw: Any,
+    ) -> list[StoredBlock]:
+        """Store the chunks a request computed after its prefix lookup: ``blocks``
+        are the chunks from the hit point on, ``prefix_hit_chunks`` what
+        ``lookup_prefix`` found. A one-shot request (no ``session``) that found a
+        prefix marks them COLD: they are its own tail, unlikely to be reused, and
+        the daemon drops rather than writes to SSD the ones memory has no room
+        for (a later read of one is a miss, never wrong bytes). Chunks of a
+        session (later turns reread them) and of a request with no hit (its
+        shared prefix cannot be told from its tail) keep ``profile``'s hint."""
+        if prefix_hit_chunks > 0 and not session:
+            base = profile or Profile()
+            profile = dataclasses.replace(base, hint=AccessHint.COLD)
+        return self.put_blocks(scope, blocks, profile=profile, session=session, **kw)
 
     def put(self, scope: KvScope, chunk_hash: ChunkHash, data: Any, **kw: Any) -> StoredBlock:
         """Store one block (a tensor or array)."""

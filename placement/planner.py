@@ -262,6 +262,34 @@ class Planner:
         return np.asarray(gain / np.maximum(objs.size, 1), dtype=np.float64)
 
     # -- admission ------------------------------------------------------------------
+    def admission_floor(
+        self, size: int, kind: int, rate: float, durable: bool, tiers: Mapping[int, TierState]
+    ) -> tuple[int, float]:
+        """Where a new object goes when no memory tier takes it, and its access
+        cost there (the per-object form of ``floor_tiers``): SSD for DURABLE
+        objects and for CACHE objects whose SSD copy pays back its write within
+        the horizon; REMOTE for CACHE objects the remote tier keeps instead of
+        dropping; DROP (not stored) for the other CACHE objects."""
+        cost = self.cost
+        ssd_ok = SSD in tiers and tiers[SSD].enabled and size <= tiers[SSD].capacity_bytes
+        if durable:
+            return SSD, cost.access_cost_one(size, kind, SSD)
+        c_drop = cost.access_cost_one(size, kind, DROP)
+        if ssd_ok:
+            c_ssd = cost.access_cost_one(size, kind, SSD)
+            write = float(cost.write_cost(size, SSD))
+            if rate * (c_drop - c_ssd) * self.config.horizon_s > write:
+                return SSD, c_ssd
+        if REMOTE in tiers and tiers[REMOTE].enabled and cost.allowed_one(kind, REMOTE):
+            c_remote = cost.access_cost_one(size, kind, REMOTE)
+            gain = rate * (c_drop - c_remote) * self.config.horizon_s
+            if c_remote < c_drop and (
+                self.config.remote_policy == "instead_of_drop"
+                or gain > float(cost.write_cost(size, REMOTE))
+            ):
+                return REMOTE, c_remote
+        return DROP, c_drop
+
     def admit(
         self,
         size: int,
@@ -271,11 +299,22 @@ class Planner:
         tiers: Mapping[int, TierState],
         preferred_tier: int | None = None,
     ) -> list[Admission]:
-        """Tiers to try for a new object, best first. Memory tiers are offered while
-        the object's density beats the tier's threshold (and, for DURABLE objects,
-        the access time it saves within the horizon pays for the extra memory
-        write); SSD closes the list. ``displace_below``: residents less dense than
-        the newcomer may be moved out to make room."""
+        """Tiers to try for a new object, best first. ``displace_below``: residents
+        less dense than the newcomer may be moved out to make room.
+
+        Memory tiers are offered while the object's density beats the tier's
+        threshold (and, for DURABLE objects, the access time it saves within the
+        horizon pays for the extra memory write); SSD closes the list.
+
+        A CACHE object whose floor is DROP (``admission_floor``: its SSD copy
+        would not pay back its write, e.g. a KV chunk its client marked COLD and
+        whose class is rarely read back) is never written to SSD: it is offered
+        the memory tiers like any object, only where its expected reuse also
+        pays for the memory write, and the list ends with DROP: the object is
+        not stored. A later read of it is a miss (the client recomputes the
+        chunk), never wrong bytes. DURABLE objects never get DROP, nor does
+        anything without an SSD tier to be spared (the list is then the memory
+        tiers that take it on merit, possibly none)."""
         cost = self.cost
         mem = self._memory_tiers(tiers)
         ssd_ok = SSD in tiers and tiers[SSD].enabled and size <= tiers[SSD].capacity_bytes
@@ -287,20 +326,10 @@ class Planner:
             and size <= tiers[preferred_tier].capacity_bytes
         ):
             out.append(Admission(preferred_tier, np.inf))
-        floor_cost = cost.access_cost_one(size, kind, SSD if (ssd_ok or durable) else DROP)
-        if not durable and ssd_ok:
-            c_drop = cost.access_cost_one(size, kind, DROP)
-            write = float(cost.write_cost(size, SSD))
-            if rate * (c_drop - floor_cost) * self.config.horizon_s <= write:
-                floor_cost = min(floor_cost, c_drop)
-        if (
-            not durable
-            and REMOTE in tiers
-            and tiers[REMOTE].enabled
-            and cost.allowed_one(kind, REMOTE)
-            and self.config.remote_policy == "instead_of_drop"
-        ):
-            floor_cost = min(floor_cost, cost.access_cost_one(size, kind, REMOTE))
+        floor, floor_cost = self.admission_floor(size, kind, rate, durable, tiers)
+        # dropping replaces an SSD write; without an SSD the daemon's cache rule
+        # (a new entry displaces the least valuable residents) stays in charge
+        droppable = floor == DROP and not durable and ssd_ok
         for t in mem:
             state = tiers[t]
             if not cost.allowed_one(kind, t) or size > state.capacity_bytes:
@@ -315,12 +344,17 @@ class Planner:
             if density <= 0:
                 continue
             # a DURABLE object is written to SSD anyway: a memory copy is extra and
-            # must pay its write back within the horizon
-            if durable and saved_per_s * self.config.horizon_s < float(cost.write_cost(size, t)):
+            # must pay its write back within the horizon; so must a droppable
+            # CACHE object's (not storing it at all costs nothing)
+            if (durable or droppable) and saved_per_s * self.config.horizon_s < float(
+                cost.write_cost(size, t)
+            ):
                 continue
             if density >= self.thresholds.get(t, 0.0):
                 out.append(Admission(t, density))
-        if ssd_ok:
+        if droppable:
+            out.append(Admission(DROP))
+        elif ssd_ok:
             out.append(Admission(SSD))
         seen: set[int] = set()
         return [a for a in out if not (a.tier in seen or seen.add(a.tier))]  # type: ignore[func-returns-value]

@@ -496,6 +496,12 @@ class Metrics:
             "tiermem_placement_dropped_promotions",
             "Promotions dropped because the queue was full.", registry=r,
         )  # fmt: skip
+        self.placement_admission_drops = Counter(
+            "tiermem_placement_admission_drops",
+            "CACHE puts admission did not keep (not worth an SSD copy nor a place in "
+            "memory, e.g. KV chunks marked COLD), by kind; a later read misses.",
+            ["kind"], registry=r,
+        )  # fmt: skip
 
         # -- blobs (server/services/blobs.py) -----------------------------------------
         # (corrupted stored blocks count in tiermem_checksum_failures{where="ssd"},

@@ -10,6 +10,7 @@ plugin for LMCache's in-process engine (LMCache >= 0.5). Configure it with::
       remote_storage_plugin.tiermem.address: 127.0.0.1:50051
       remote_storage_plugin.tiermem.namespace: default      # optional
       remote_storage_plugin.tiermem.salt: tenant-a          # optional
+      remote_storage_plugin.tiermem.cold_after_hit: true    # optional, one-shot traffic
 
 ``tiermem.client.lmcache.l2_adapter.TiermemL2Adapter`` is an L2 adapter plugin
 for LMCache's multiprocess server (``lmcache server --l2-adapter '{"type":

@@ -12,6 +12,7 @@ Blocking client calls run in the default executor, never on LMCache's loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,9 +23,9 @@ from lmcache.v1.memory_management import MemoryFormat
 from lmcache.v1.storage_backend.connector.base_connector import RemoteConnector
 
 from tiermem.client.kv import FetchedBlock, KvBlock, KvClient, KvScope
-from tiermem.client.lmcache.convert import ObjLayout, parse_layout, scope_of
+from tiermem.client.lmcache.convert import AfterHit, ObjLayout, parse_layout, scope_of
 from tiermem.client.sync import Client
-from tiermem.client.types import Precision, Profile
+from tiermem.client.types import AccessHint, Precision, Profile
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -43,6 +44,11 @@ class PluginSettings:
     timeout_s: float = 30.0
     codec: str = ""
     lossy_max_error: float = 0.0
+    cold_after_hit: bool = False
+    """Put the chunks a request stores after its prefix hit COLD (the daemon drops
+    rather than writes to SSD the ones memory has no room for). Only for
+    deployments whose requests are one-shot: a multi-turn conversation rereads
+    the chunks it stored after its hit on the next turn."""
 
     @classmethod
     def from_extra_config(cls, extra: dict[str, Any] | None) -> PluginSettings:
@@ -69,6 +75,8 @@ class PluginSettings:
             timeout_s=float(extra.get(p + "timeout_s", d.timeout_s)),
             codec=str(extra.get(p + "codec", d.codec)),
             lossy_max_error=float(extra.get(p + "lossy_max_error", d.lossy_max_error)),
+            cold_after_hit=str(extra.get(p + "cold_after_hit", d.cold_after_hit)).lower()
+            in ("1", "true", "yes"),
         )
 
 
@@ -93,6 +101,7 @@ class TiermemConnector(RemoteConnector):  # type: ignore[misc]
             if self.settings.codec
             else None
         )
+        self.after_hit = AfterHit() if self.settings.cold_after_hit else None
         log.info("tiermem connector: daemon %s, namespace %s", self.settings.address,
                  self.settings.namespace)  # fmt: skip
 
@@ -131,6 +140,8 @@ class TiermemConnector(RemoteConnector):  # type: ignore[misc]
             done += self.kv.lookup_prefix(scope, hashes).stored_chunks
             if done < end:
                 break
+        if self.after_hit is not None:
+            self.after_hit.record([k.chunk_hash for k in keys], done)
         return done
 
     async def exists(self, key: Any) -> bool:
@@ -156,8 +167,17 @@ class TiermemConnector(RemoteConnector):  # type: ignore[misc]
     # -- put ----------------------------------------------------------------------------
     def _put_sync(self, keys: Sequence[Any], memory_objs: Sequence[Any]) -> None:
         for scope, indices in self._grouped(keys).items():
-            blocks = [self._block(keys[i], memory_objs[i]) for i in indices]
-            self.kv.put_blocks(scope, blocks, profile=self.profile, codec=self.settings.codec)
+            after = self.after_hit
+            taken = {i for i in indices if after is not None and after.take(keys[i].chunk_hash)}
+            cold = [i for i in indices if i in taken]
+            rest = [i for i in indices if i not in taken]
+            for part, profile in ((rest, self.profile), (cold, self._cold_profile())):
+                if part:
+                    blocks = [self._block(keys[i], memory_objs[i]) for i in part]
+                    self.kv.put_blocks(scope, blocks, profile=profile, codec=self.settings.codec)
+
+    def _cold_profile(self) -> Profile:
+        return dataclasses.replace(self.profile or Profile(), hint=AccessHint.COLD)
 
     def _block(self, key: Any, memory_obj: Any) -> KvBlock:
         layout = ObjLayout(

@@ -11,6 +11,8 @@ A memory object's metadata travels in the block's ``memory_format`` field::
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 from tiermem.client.kv import KvScope
@@ -102,3 +104,35 @@ def scope_of(
         salt="@".join(parts),
         namespace=namespace,
     )
+
+
+class AfterHit:
+    """Chunks that prefix lookups found missing *after a hit*: the new chunks a
+    request will store beyond the part of its prompt already cached. A one-shot
+    request's such chunks are its own tail, unlikely to be reused; the connector
+    puts them COLD (``cold_after_hit``). Lookups with no hit record nothing (the
+    shared prefix cannot be told from the tail). Bounded: the oldest are
+    forgotten first."""
+
+    def __init__(self, max_chunks: int = 65_536) -> None:
+        if max_chunks < 1:
+            raise ValueError("max_chunks must be at least 1")
+        self.max_chunks = max_chunks
+        self._chunks: OrderedDict[Hashable, None] = OrderedDict()
+
+    def record(self, chunk_hashes: Sequence[Hashable], hit: int) -> None:
+        """A lookup of ``chunk_hashes`` found the first ``hit`` stored."""
+        if hit <= 0:
+            return
+        for h in chunk_hashes[hit:]:
+            self._chunks[h] = None
+            self._chunks.move_to_end(h)
+        while len(self._chunks) > self.max_chunks:
+            self._chunks.popitem(last=False)
+
+    def take(self, chunk_hash: Hashable) -> bool:
+        """Whether ``chunk_hash`` came after a hit (forgotten once asked)."""
+        return self._chunks.pop(chunk_hash, 0) is None
+
+    def __len__(self) -> int:
+        return len(self._chunks)

@@ -14,6 +14,12 @@ engine charges, with one cost model for all:
 * placing a new object costs the write to the chosen tier, except the SSD copy
   every DURABLE object gets anyway (the same for every policy).
 
+The hint a put carries is the engine's (``Engine.hint``): the trace's, or COLD
+where the trace models a KV client that marks a one-shot request's chunks
+stored after a prefix hit (``put_hint``; see ``trace.py``). It is decided from
+what the client saw so far in the replay, never from the future, and every
+policy gets the same hints.
+
 ``mean_access_cost_s`` = (reads + moves + writes) / reads: the headline metric.
 """
 
@@ -26,7 +32,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from tiermem.placement.cost import CostModel
-from tiermem.placement.model import DRAM, DROP, HBM, KIND_NAMES, MEMORY_TIERS, SSD, TierState
+from tiermem.placement.model import (
+    COLD,
+    DRAM,
+    DROP,
+    HBM,
+    KIND_NAMES,
+    MEMORY_TIERS,
+    SSD,
+    TierState,
+)
 from tiermem.placement.sim.trace import DELETE, GET, PREFETCH, PUT, Trace
 
 GiB = 1 << 30
@@ -76,6 +91,8 @@ class SimResult:
     write_cost_s: float = 0.0
     moved_bytes: int = 0
     moves: int = 0
+    cold_hinted_puts: int = 0
+    """Puts (and re-puts after a miss) the modelled KV client marked COLD."""
     hits: dict[str, int] = field(default_factory=dict)
     moves_by: dict[str, list[float]] = field(default_factory=dict)
     """"KIND SRC->DST" -> [moves, copy cost s, bytes copied]."""
@@ -112,6 +129,7 @@ class SimResult:
             "write_cost_s": self.write_cost_s,
             "moved_bytes": self.moved_bytes,
             "moves": self.moves,
+            "cold_hinted_puts": self.cold_hinted_puts,
             "hits_by_tier": dict(self.hits),
             "moves_by": {
                 k: {"moves": int(v[0]), "cost_s": v[1], "bytes": int(v[2])}
@@ -138,6 +156,13 @@ class Engine:
         self.used = {t: 0 for t in self.capacity}
         self.now = 0.0
         self.result = SimResult(policy="", mix=trace.params.name)
+        #: hint of each object's current version (what policies see)
+        self.hint = trace.hint.copy()
+        hinting = trace.req_hinting
+        self._req_hinting = hinting if hinting is not None else np.zeros(1, dtype=bool)
+        #: per request: 0 before its first read, 1 if that read hit (the prefix
+        #: lookup found at least its first chunk), 2 if it missed (no hit)
+        self._req_hit = np.zeros(len(self._req_hinting), dtype=np.int8)
         self._kind_reads = np.zeros(5, dtype=np.int64)
         self._kind_fast = np.zeros(5, dtype=np.int64)
         self._kind_cost = np.zeros(5)
@@ -234,6 +259,16 @@ class Engine:
         self.tier[o] = DROP
 
     # -- replay ---------------------------------------------------------------------
+    def put_hint(self, o: int, req: int) -> None:
+        """Set the hint of a (re)put of ``o`` by request ``req`` (0 = none): COLD
+        when its client marks chunks stored after a prefix hit and the request
+        had one, else the trace's hint."""
+        if req and self._req_hinting[req] and self._req_hit[req] == 1:
+            self.hint[o] = COLD
+            self.result.cold_hinted_puts += 1
+        else:
+            self.hint[o] = self.trace.hint[o]
+
     def read(self, o: int) -> bool:
         """Charge a read; False if it was a miss (the object must be written again)."""
         r = self.result
@@ -279,8 +314,10 @@ def run(trace: Trace, policy: Policy, config: SimConfig | None = None) -> SimRes
     ops = trace.op.tolist()
     objs = trace.obj.tolist()
     args = trace.arg.tolist()
+    reqs = trace.req.tolist() if trace.req is not None else [0] * len(times)
     alive = eng.alive
-    for t, op, o, arg in zip(times, ops, objs, args, strict=True):
+    req_hit = eng._req_hit
+    for t, op, o, arg, req in zip(times, ops, objs, args, reqs, strict=True):
         while t >= next_tick:
             eng.now = next_tick
             policy.tick(next_tick)
@@ -289,7 +326,11 @@ def run(trace: Trace, policy: Policy, config: SimConfig | None = None) -> SimRes
         if op == GET:
             if not alive[o]:
                 continue
-            if not eng.read(o):
+            hit = eng.read(o)
+            if req and not req_hit[req]:
+                req_hit[req] = 1 if hit else 2
+            if not hit:
+                eng.put_hint(o, req)
                 policy.on_put(o, t)  # recomputed / refetched, then stored again
             else:
                 policy.on_get(o, t)
@@ -298,6 +339,7 @@ def run(trace: Trace, policy: Policy, config: SimConfig | None = None) -> SimRes
                 policy.on_delete(o, t)
                 eng._free(o)
             alive[o] = True
+            eng.put_hint(o, req)
             policy.on_put(o, t)
         elif op == DELETE:
             if alive[o]:

@@ -72,12 +72,16 @@ class Tiermem:
         self.seen = np.zeros(n, dtype=bool)
         self.learner = PriorLearner(self.access)
         self.plans = 0
+        #: puts admission did not store (CACHE objects not worth an SSD copy)
+        self.dropped_puts = 0
+        #: puts admission would not keep that went to SSD for lack of free memory
+        self.ssd_fallbacks = 0
 
     def _objects(self, idx: npt.NDArray[np.int64], now: float) -> Objects:
         eng = self.eng
         rate = self.learner.estimate(
             self.rate[idx], self.atime[idx], self.seen[idx], eng.kind[idx],
-            eng.trace.hint[idx], now,
+            eng.hint[idx], now,
         )  # fmt: skip
         if self.use_hints:
             rate = rate + self.access.deadline_boost(self.deadline[idx], now)
@@ -96,7 +100,7 @@ class Tiermem:
         if self.seen[o]:
             r = self.access.estimate_one(float(self.rate[o]), float(self.atime[o]), now)
         else:
-            kind, hint = int(self.eng.kind[o]), int(self.eng.trace.hint[o])
+            kind, hint = int(self.eng.kind[o]), int(self.eng.hint[o])
             r = self.learner.estimate_unseen(kind, hint, float(self.atime[o]), now)
         if self.use_hints:
             r += self.access.deadline_boost_one(float(self.deadline[o]), now)
@@ -130,7 +134,7 @@ class Tiermem:
     def on_put(self, o: int, t: float) -> None:
         eng = self.eng
         kind = int(eng.kind[o])
-        hint = int(eng.trace.hint[o])
+        hint = int(eng.hint[o])
         prior = self.learner.prior(kind, hint)
         self.learner.on_put(kind, hint, t)
         self.seen[o] = False
@@ -139,6 +143,16 @@ class Tiermem:
         size = int(eng.size[o])
         durable = bool(eng.durable[o])
         for adm in self.planner.admit(size, kind, prior, durable, eng.tier_states()):
+            if adm.tier == DROP:
+                # the daemon receives the bytes in free memory and drops them
+                # after the commit; with no free memory it writes an SSD copy
+                if any(eng.fits(m, size) for m in eng.memory_tiers()):
+                    self.dropped_puts += 1
+                    eng.place(o, DROP)
+                else:
+                    self.ssd_fallbacks += 1
+                    eng.place(o, SSD)
+                return
             if adm.tier == SSD:
                 eng.place(o, SSD)
                 return
@@ -153,7 +167,7 @@ class Tiermem:
     def on_get(self, o: int, t: float) -> None:
         if not self.seen[o]:
             self.seen[o] = True
-            kind, hint = int(self.eng.kind[o]), int(self.eng.trace.hint[o])
+            kind, hint = int(self.eng.kind[o]), int(self.eng.hint[o])
             self.learner.on_first_read(kind, hint, t - float(self.atime[o]), t)
         self.rate[o] = self.access.record_one(float(self.rate[o]), float(self.atime[o]), t)
         self.atime[o] = t
@@ -275,7 +289,7 @@ class _PartitionedLru:
     def on_put(self, o: int, t: float) -> None:
         eng = self.eng
         tiers = self._tiers(o)
-        if not tiers or int(eng.trace.hint[o]) == COLD:
+        if not tiers or int(eng.hint[o]) == COLD:
             eng.place(o, SSD)
             return
         top = tiers[0]

@@ -9,7 +9,8 @@ DESIGN.md §1:
   nobody reads again; multi-turn sessions that reread their own history after
   an exponential think time (a scheduler announces a share of the resumptions
   with a prefetch ``kv_prefetch_lead_s`` ahead); optionally an inference spike
-  that multiplies request and session arrivals for a while. CACHE, hint HOT.
+  that multiplies request and session arrivals for a while. CACHE, hint HOT,
+  except where the client knows better (``kv_client_hints``, below).
 * **vector shards** — collections loaded at the start, queried at
   ``vec_query_rate_per_s`` with a Zipf popularity whose ranking is reshuffled
   every ``vec_phase_s`` (query bursts move between collections). DURABLE, WARM.
@@ -22,6 +23,19 @@ DESIGN.md §1:
 
 Operations: PUT (write or overwrite), GET, DELETE, PREFETCH (``arg`` = the
 deadline, s). Times are seconds from the trace start.
+
+**Client hints of one-shot chunks** (``kv_client_hints``, a modelling choice
+that applies to every policy alike): the operations of a one-shot request (no
+session) carry its request id (``Trace.req``). A KV client knows, when it
+stores a request's new chunks, whether its prefix lookup found any chunk of the
+prompt (LookupPrefix) and whether the request belongs to a multi-turn session;
+it marks the chunks a one-shot request stores *after a prefix hit* COLD: they
+are the request's own tail, unlikely to be reused. With no hit at all it cannot
+tell the shared part of the prompt from the unique tail and sets no hint, and
+session chunks are never marked (later turns reread them). The hint is decided
+during replay from what the client saw (``Engine.put_hint``): if a prefix
+block was dropped, the request recomputes and stores it after the hit point, so
+it is marked COLD too, exactly as a real client would mark it.
 """
 
 from __future__ import annotations
@@ -61,6 +75,9 @@ class MixParams:
     kv_prefetch_fraction: float = 0.5
     kv_prefetch_lead_s: float = 2.0
     kv_session_delete_fraction: float = 0.5
+    kv_client_hints: bool = True
+    """The KV client marks the chunks a one-shot request stores after a prefix
+    hit COLD (see the module doc); False: every KV block is put HOT."""
     spike: tuple[float, float, float] | None = None
     """(start s, end s, arrival multiplier) of an inference spike."""
     # vectors
@@ -106,6 +123,10 @@ class Trace:
     obj: npt.NDArray[np.int32]
     arg: npt.NDArray[np.float64]
     summary: dict[str, Any] = field(default_factory=dict)
+    req: npt.NDArray[np.int32] | None = None
+    """Per operation: the one-shot request it belongs to (0 = none)."""
+    req_hinting: npt.NDArray[np.bool_] | None = None
+    """Per request id: its client marks chunks stored after a prefix hit COLD."""
 
     @property
     def objects(self) -> int:
@@ -122,7 +143,8 @@ class _Builder:
         self.hint: list[int] = []
         self.durable: list[bool] = []
         self.session: list[int] = []
-        self.ev: list[tuple[float, int, int, float]] = []
+        self.ev: list[tuple[float, int, int, float, int]] = []
+        self.requests = 0
 
     def new(self, size: int, kind: int, hint: int, durable: bool, session: int = 0) -> int:
         self.size.append(max(1, int(size)))
@@ -132,8 +154,12 @@ class _Builder:
         self.session.append(session)
         return len(self.size) - 1
 
-    def add(self, t: float, op: int, obj: int, arg: float = 0.0) -> None:
-        self.ev.append((t, op, obj, arg))
+    def add(self, t: float, op: int, obj: int, arg: float = 0.0, req: int = 0) -> None:
+        self.ev.append((t, op, obj, arg, req))
+
+    def request(self) -> int:
+        self.requests += 1
+        return self.requests
 
 
 def _zipf_weights(n: int, s: float) -> npt.NDArray[np.float64]:
@@ -178,6 +204,8 @@ def generate(p: MixParams) -> Trace:
         op=np.asarray([e[1] for e in ev], dtype=np.uint8),
         obj=np.asarray([e[2] for e in ev], dtype=np.int32),
         arg=np.asarray([e[3] for e in ev], dtype=np.float64),
+        req=np.asarray([e[4] for e in ev], dtype=np.int32),
+        req_hinting=np.full(b.requests + 1, p.kv_client_hints, dtype=bool),
     )
     trace.summary = summarize(trace)
     return trace
@@ -207,17 +235,17 @@ def _kv(rng: np.random.Generator, p: MixParams, b: _Builder) -> None:
     rank_to_prefix = rng.permutation(p.kv_prefixes)
     prefixes: dict[int, list[int]] = {}
 
-    def read_prefix(t: float, pid: int) -> None:
+    def read_prefix(t: float, pid: int, req: int = 0) -> None:
         blocks = prefixes.get(pid)
         if blocks is None:
             n = int(rng.integers(p.kv_prefix_blocks[0], p.kv_prefix_blocks[1] + 1))
             blocks = [b.new(blk, KV_BLOCK, HOT, False) for _ in range(n)]
             prefixes[pid] = blocks
             for i, o in enumerate(blocks):
-                b.add(t + i * 1e-4, PUT, o)
+                b.add(t + i * 1e-4, PUT, o, req=req)
         else:
             for i, o in enumerate(blocks):
-                b.add(t + i * 1e-4, GET, o)
+                b.add(t + i * 1e-4, GET, o, req=req)
 
     draws = iter(rank_to_prefix[rng.choice(p.kv_prefixes, size=200_000, p=weights)].tolist())
 
@@ -225,10 +253,11 @@ def _kv(rng: np.random.Generator, p: MixParams, b: _Builder) -> None:
         return int(next(draws))
 
     for t in _arrivals(rng, p.kv_request_rate_per_s, p):
-        read_prefix(float(t), pick_prefix())
+        req = b.request()
+        read_prefix(float(t), pick_prefix(), req)
         n = int(rng.integers(p.kv_suffix_blocks[0], p.kv_suffix_blocks[1] + 1))
         for i in range(n):
-            b.add(float(t) + 0.01 + i * 1e-4, PUT, b.new(blk, KV_BLOCK, HOT, False))
+            b.add(float(t) + 0.01 + i * 1e-4, PUT, b.new(blk, KV_BLOCK, HOT, False), req=req)
 
     for sid, t0 in enumerate(_arrivals(rng, p.kv_session_rate_per_s, p), start=1):
         pid = pick_prefix()

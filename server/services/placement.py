@@ -4,7 +4,10 @@ the catalog, the tier engines and the mover.
 * **admission** — ``reserve`` asks ``Planner.admit`` which tier a new object
   goes to; a full memory tier makes room by moving out residents worth less
   per byte than the newcomer (never pinned ones), cascading HBM -> DRAM ->
-  SSD/drop as the planner says;
+  SSD/drop as the planner says. A CACHE object admission does not keep
+  (``Admission(DROP)``: e.g. a KV chunk its client marked COLD) is received into
+  free memory, committed like any put and evicted right after (``after_put``):
+  never written to SSD; a later read is a miss;
 * **access tracking** — every read counts in the catalog's ``rate``/``atime``
   columns (``Catalog.touch``); its hook asks ``Planner.promotion_target``
   whether the object should move up now and queues the promotion. The object
@@ -212,6 +215,11 @@ class PlacementService:
             int(profile.preferred_tier) if profile.preferred_tier is not None else None,
         )
         for adm in admissions:
+            if adm.tier == DROP:
+                reservation = self._receive_buffer(size)
+                if reservation is not None:
+                    return reservation
+                continue
             tier = Tier(adm.tier)
             if tier == Tier.SSD:
                 if not store.ssd.fits(size):
@@ -230,6 +238,11 @@ class PlacementService:
                 if engine.used_bytes > states[int(tier)].high_bytes:
                     self.wake.set()
                 return reservation
+        if admissions and admissions[-1].tier == DROP and store.ssd.fits(size):
+            # no free memory to receive a put that will not be kept: an SSD copy
+            # (the planner's simulator does the same) rather than displacing
+            # residents for it
+            return Reservation(Tier.SSD, -1, size, np.empty(size, dtype=np.uint8).data)
         if profile.durability != Durability.DURABLE and not profile.pin:
             # A cache always takes a new entry: when no tier would admit it on its
             # merits (e.g. no SSD, memory full of equally valued objects), the least
@@ -249,8 +262,20 @@ class PlacementService:
             )
         )
 
+    def _receive_buffer(self, size: int) -> Reservation | None:
+        """Free memory (DRAM first) to receive a put admission will not keep; None
+        when no memory tier has room without displacing anything."""
+        for tier in (Tier.DRAM, Tier.HBM):
+            engine = self.store.memory.get(tier)
+            if engine is not None and size <= engine.capacity_bytes:
+                reservation = engine.reserve(size)
+                if reservation is not None:
+                    return reservation
+        return None
+
     def first_tier(self, size: int, profile: Profile, kind: Kind) -> Tier | None:
-        """The tier admission would try first for a new object (None: none can hold it)."""
+        """The tier admission would try first for a new object (None: none can hold
+        it). A put admission will not keep is received in DRAM (then dropped)."""
         states = self.store.tier_states()
         with self.store.lock:
             prior = self.catalog.learner.prior(int(kind), int(profile.hint))
@@ -262,7 +287,11 @@ class PlacementService:
             states,
             int(profile.preferred_tier) if profile.preferred_tier is not None else None,
         )
-        return Tier(admissions[0].tier) if admissions else None
+        if not admissions:
+            return None
+        if admissions[0].tier == DROP:
+            return Tier.DRAM if Tier.DRAM in self.store.memory else None
+        return Tier(admissions[0].tier)
 
     def reserve_in(self, tier: Tier, size: int, profile: Profile) -> Reservation:
         """Space in one given memory tier (e.g. a shared-memory staging area),
@@ -282,13 +311,39 @@ class PlacementService:
         return reservation
 
     def after_put(self, encoded: bytes, profile: Profile) -> None:
-        """Remember a put's next-access deadline (``profile.next_access_unix_ms``)."""
-        if not profile.next_access_unix_ms:
+        """After a put committed: remember its next-access deadline
+        (``profile.next_access_unix_ms``), or drop it at once if it is a CACHE
+        object admission does not keep (see ``keeps``)."""
+        if profile.next_access_unix_ms:
+            with self.store.lock:
+                row = self.catalog.index.find(encoded)
+                if row is not None:
+                    self._set_deadline(row, profile.next_access_unix_ms / 1000)
+            return
+        if profile.durability == Durability.DURABLE or profile.pin:
             return
         with self.store.lock:
-            row = self.catalog.index.find(encoded)
-            if row is not None:
-                self._set_deadline(row, profile.next_access_unix_ms / 1000)
+            entry = self.catalog.find(encoded)
+        if entry is None or entry.tier not in self.store.memory or self.keeps(entry, profile):
+            return
+        # the bytes were received in free memory (``_receive_buffer``); they go now
+        if self.mover.evict(encoded, entry.tier, recompute=True, only_from=True) > 0:
+            self.store.metrics.placement_admission_drops.labels(entry.kind.name).inc()
+
+    def keeps(self, entry: Entry, profile: Profile) -> bool:
+        """Whether admission, asked now, keeps a new CACHE object: its first
+        choice (``Planner.admit``, the put's preferred tier included) is not DROP."""
+        with self.store.lock:
+            prior = self.catalog.learner.prior(int(entry.kind), int(profile.hint))
+        admissions = self.planner.admit(
+            entry.size,
+            int(entry.kind),
+            prior,
+            False,
+            self.store.tier_states(),
+            int(profile.preferred_tier) if profile.preferred_tier is not None else None,
+        )
+        return not admissions or admissions[0].tier != DROP
 
     def _set_deadline(self, row: int, when_s: float) -> None:
         self.deadlines[row] = when_s
