@@ -609,15 +609,17 @@ class Metrics:
             registry=r,
         )
 
-    def count_read(self, kind: str, served_by: str | None, tiers: Sequence[str]) -> None:
-        """Count one read: a hit on ``served_by`` and a miss on every tier in
+    def count_read(
+        self, kind: str, served_by: str | None, tiers: Sequence[str], n: int = 1
+    ) -> None:
+        """Count ``n`` reads: a hit on ``served_by`` and a miss on every tier in
         ``tiers`` (enabled tiers, fastest first) looked at before it; a miss on
         all of them when nothing was found (``served_by`` None)."""
         for tier in tiers:
             if tier == served_by:
-                self.hits.labels(tier, kind).inc()
+                self.hits.labels(tier, kind).inc(n)
                 return
-            self.misses.labels(tier, kind).inc()
+            self.misses.labels(tier, kind).inc(n)
 
     def watch_catalog_memory(self, snapshot: Callable[[], dict[str, int]]) -> None:
         """Export the catalog's memory (memtables, block cache) at scrape time."""
