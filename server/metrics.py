@@ -421,6 +421,12 @@ class Metrics:
         self.bulk_connections = Gauge(
             "tiermem_bulk_connections", "Bulk-channel connections open.", registry=r
         )
+        # -- bulk sessions (server/api/bulk_session.py) -----------------------------
+        self.bulk_sessions = Counter(
+            "tiermem_bulk_sessions",
+            "Bulk-channel sessions opened (requests without a gRPC call each).",
+            registry=r,
+        )
         # -- vectors (server/services/vectors.py) ----------------------------------
         self.vector_ops = Counter(
             "tiermem_vector_operations", "Vector service calls by operation.", ["op"],

@@ -151,7 +151,7 @@ class BulkPool:
             left = nbytes
             while left:
                 view = buffer[: min(len(buffer), left)]
-                _recv_exact(sock, view)
+                recv_exact(sock, view)
                 left -= len(view)
                 on_data(view)
         except (OSError, BulkBroken) as exc:
@@ -167,14 +167,14 @@ class BulkPool:
         sock = self._start(address, ticket_id)
         try:
             for out in outs:
-                _recv_exact(sock, out)
+                recv_exact(sock, out)
         except (OSError, BulkBroken) as exc:
             sock.close()
             raise BulkBroken(f"bulk get from {address} broke: {exc}") from None
         self._give_back(address, sock)
 
 
-def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+def recv_exact(sock: socket.socket, view: memoryview) -> None:
     size = len(view)
     got = 0
     while got < size:
@@ -184,14 +184,19 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> None:
         got += n
 
 
-def _read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
+def read_frame(sock: socket.socket, limit_bytes: int = MAX_STATUS_BYTES) -> bytes:
+    """One length-prefixed frame's body (at most ``limit_bytes``)."""
     head = bytearray(LENGTH.size)
-    _recv_exact(sock, memoryview(head))
+    recv_exact(sock, memoryview(head))
     (length,) = LENGTH.unpack(head)
-    if length > MAX_STATUS_BYTES:
-        raise BulkBroken(f"status frame of {length} bytes exceeds {MAX_STATUS_BYTES}")
+    if length > limit_bytes:
+        raise BulkBroken(f"frame of {length} bytes exceeds {limit_bytes}")
     body = bytearray(length)
-    _recv_exact(sock, memoryview(body))
+    recv_exact(sock, memoryview(body))
+    return bytes(body)
+
+
+def _read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
     msg = dataplane_pb2.TransferStatus()
-    msg.ParseFromString(bytes(body))
+    msg.ParseFromString(read_frame(sock))
     return msg

@@ -48,7 +48,9 @@ from tiermem.client.errors import (
     UnavailableError,
 )
 from tiermem.client.fastpath.bulk import BulkBroken, BulkPool
+from tiermem.client.fastpath.session import SessionPool, SessionsUnsupported, StaleSession
 from tiermem.client.fastpath.shm import Arena, ArenaMismatch
+from tiermem.client.sessions import SESSION_METADATA
 from tiermem.client.types import Kind, ObjectInfo, Profile
 from tiermem.dataplane_wire import VERSION, host_id
 from tiermem.v1 import dataplane_pb2, dataplane_pb2_grpc, object_pb2, object_pb2_grpc
@@ -161,6 +163,8 @@ class DataPlane:
         self._objects = object_pb2_grpc.ObjectServiceStub(transport.channel)
         token = dict(transport.metadata).get("authorization", "")
         self._bulk = BulkPool(token.encode())
+        acting = dict(transport.metadata).get(SESSION_METADATA, "")
+        self._sessions = SessionPool(token.encode(), acting)
         self._lock = threading.Lock()
         self._offer: _Offer | None = None
         self._bulk_down_until = 0.0
@@ -284,6 +288,7 @@ class DataPlane:
             with contextlib.suppress(grpc.RpcError, grpc.FutureTimeoutError):
                 future.result(timeout=5)
         self._bulk.close()
+        self._sessions.close()
         with self._lock:
             offer, self._offer = self._offer, None
         if offer is not None and offer.arena is not None:
@@ -473,6 +478,21 @@ class DataPlane:
                 for item, view in zip(items, views, strict=True)
             ]
         )
+        address = self._reachable(offer.bulk_address)
+        for _attempt in range(2):
+            try:
+                with self._sessions.session(address) as session:
+                    self._in_session(lambda: session.begin_put(request))
+                    status = session.send(views)
+            except StaleSession:
+                continue
+            except SessionsUnsupported:
+                break
+            except BulkBroken:
+                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+                raise _Fallback() from None
+            self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
+            return [_wire.info(m) for m in status.metas]
         ticket = self._negotiate_call(
             lambda t: self._dp.BeginPut(request, timeout=t, metadata=self._transport.metadata),
             timeout_s,
@@ -486,6 +506,15 @@ class DataPlane:
             raise _Fallback() from None
         self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
         return [_wire.info(m) for m in status.metas]
+
+    @staticmethod
+    def _in_session(fn: Callable[[], T]) -> T:
+        """A session request: 'not now' answers (budget, limits) mean: try the next
+        path, as they do for the gRPC negotiation."""
+        try:
+            return fn()
+        except (FailedPreconditionError, CapacityError) as exc:
+            raise _Fallback() from exc
 
     def _negotiate_call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
         """A path's first call: 'not now / not here' answers mean: try the next path."""
@@ -646,10 +675,44 @@ class DataPlane:
         request = dataplane_pb2.BeginGetRequest(
             keys=self._keys(refs), inline_max_bytes=self.threshold_bytes
         )
+        address = self._reachable(offer.bulk_address)
+        for _attempt in range(2):
+            try:
+                with self._sessions.session(address) as session:
+                    reply = self._in_session(lambda: session.begin_get(request))
+                    results, streamed = self._landing(reply, target)
+                    session.receive(streamed)
+            except StaleSession:
+                continue
+            except SessionsUnsupported:
+                break
+            except BulkBroken:
+                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+                raise _Fallback() from None
+            return self._got(results)
         ticket = self._negotiate_call(
             lambda t: self._dp.BeginGet(request, timeout=t, metadata=self._transport.metadata),
             timeout_s,
         )
+        results, streamed = self._landing(ticket, target)
+        if streamed:
+            try:
+                self._bulk.get(
+                    self._reachable(ticket.address or offer.bulk_address),
+                    ticket.ticket_id,
+                    streamed,
+                )
+            except BulkBroken:
+                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+                raise _Fallback() from None
+        return self._got(results)
+
+    @staticmethod
+    def _landing(
+        ticket: dataplane_pb2.Ticket, target: _Target
+    ) -> tuple[list[Fetched], list[memoryview]]:
+        """Where each object of a get ticket lands: inline values copied out now,
+        streamed ones given views of their targets (returned in stream order)."""
         results: list[Fetched] = []
         streamed: list[memoryview] = []
         for i, obj in enumerate(ticket.objects):
@@ -669,16 +732,9 @@ class DataPlane:
                 view = np.empty(size, dtype=np.uint8).data
             streamed.append(view)
             results.append(Fetched(info, view, "bulk"))
-        if streamed:
-            try:
-                self._bulk.get(
-                    self._reachable(ticket.address or offer.bulk_address),
-                    ticket.ticket_id,
-                    streamed,
-                )
-            except BulkBroken:
-                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
-                raise _Fallback() from None
+        return results, streamed
+
+    def _got(self, results: list[Fetched]) -> list[Fetched]:
         if self.verify:
             for r in results:
                 if r.path == "bulk":
