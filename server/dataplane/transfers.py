@@ -229,16 +229,17 @@ class BulkTransfers:
         ticket = self._new_ticket(owner, "put")
         ticket.end = lambda: self._drop_puts(ticket)
         try:
-            for spec in specs:
-                profile = self._objects.prepare(spec)
-                self._budget.take(spec.size_bytes)
-                try:
-                    reservation = self._objects.reserve(spec.size_bytes, profile, spec.key.kind)
-                except BaseException:
-                    self._budget.give(spec.size_bytes)
-                    raise
-                ticket.puts.append(PutItem(spec, profile, reservation))
-                ticket.held_bytes += spec.size_bytes
+            profiles = self._objects.prepare_many(specs)
+            total = sum(spec.size_bytes for spec in specs)
+            self._budget.take(total)
+            ticket.held_bytes = total
+            reservations = self._objects.reserve_many(
+                [(s.size_bytes, p, s.key.kind) for s, p in zip(specs, profiles, strict=True)]
+            )
+            ticket.puts = [
+                PutItem(spec, profile, reservation)
+                for spec, profile, reservation in zip(specs, profiles, reservations, strict=True)
+            ]
             self.tickets.issue(ticket)
         except BaseException:
             ticket.end()

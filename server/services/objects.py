@@ -208,6 +208,17 @@ class ObjectService:
     # -- put ----------------------------------------------------------------------
     def validate(self, spec: PutSpec) -> Entry | None:
         """Check a put before any byte arrives; returns the entry it would replace."""
+        self._check_fields(spec)
+        self.store.guard.authorize(spec.key.namespace, Role.WRITE)
+        with self.store.lock:
+            self.catalog.namespace_id(spec.key.namespace)
+            old = self.catalog.find(spec.key.encode())
+            if spec.if_absent and old is not None:
+                raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
+        return old
+
+    def _check_fields(self, spec: PutSpec) -> None:
+        """The checks of a put that need neither the catalog nor the caller."""
         limit = self.store.config.limits.max_object_bytes
         if spec.size_bytes > limit:
             raise InvalidArgument(
@@ -223,17 +234,28 @@ class ObjectService:
             raise InvalidArgument("preferred_tier REMOTE is not available on this daemon")
         if spec.checksum is not None and spec.checksum[0] not in (CHECKSUM_XXH3_64, CHECKSUM_CRC32):
             raise InvalidArgument(f"unknown checksum algorithm {spec.checksum[0]}")
-        self.store.guard.authorize(spec.key.namespace, Role.WRITE)
-        with self.store.lock:
-            self.catalog.namespace_id(spec.key.namespace)
-            old = self.catalog.find(spec.key.encode())
-            if spec.if_absent and old is not None:
-                raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
-        return old
 
     def prepare(self, spec: PutSpec) -> Profile:
         """Validate an announced put; returns its resolved profile. Raises on bad input."""
         self.validate(spec)
+        return self._profile_of(spec)
+
+    def prepare_many(self, specs: Sequence[PutSpec]) -> list[Profile]:
+        """``prepare`` for a batch: the caller is authorized once per namespace and
+        the catalog is consulted under one hold of the lock."""
+        for spec in specs:
+            self._check_fields(spec)
+        for namespace in dict.fromkeys(spec.key.namespace for spec in specs):
+            self.store.guard.authorize(namespace, Role.WRITE)
+        index = self.catalog.index
+        with self.store.lock:
+            for spec in specs:
+                self.catalog.namespace_id(spec.key.namespace)
+                if spec.if_absent and index.find(spec.key.encode()) is not None:
+                    raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
+        return [self._profile_of(spec) for spec in specs]
+
+    def _profile_of(self, spec: PutSpec) -> Profile:
         profile = spec.profile.resolved(spec.key.kind)
         if profile.durability == Durability.DURABLE and not self.store.config.tiers.ssd.enabled:
             raise FailedPrecondition("DURABLE objects need the SSD tier, which is disabled")
@@ -379,13 +401,15 @@ class ObjectService:
     def _admit_puts(self, puts: Sequence[FilledPut], encoded: Sequence[bytes]) -> list[Ticket]:
         """One guard admission per (namespace, session) group of a batch of puts."""
         groups: dict[tuple[str, str], list[int]] = {}
+        index = self.catalog.index
         with self.store.lock:
+            sizes = index.cols["size"]
             for p, enc in zip(puts, encoded, strict=True):
-                old = self.catalog.find(enc)
+                row = index.find(enc)
                 g = groups.setdefault((p.spec.key.namespace, p.spec.session), [0, 0, 0])
                 g[0] += p.spec.size_bytes
-                g[1] += old.size if old is not None else 0
-                g[2] += 0 if old is not None else 1
+                g[1] += int(sizes[row]) if row is not None else 0
+                g[2] += 0 if row is not None else 1
         tickets: list[Ticket] = []
         try:
             for (namespace, session), (put_bytes, replaced, new) in groups.items():
@@ -559,6 +583,11 @@ class ObjectService:
     def first_tier(self, size: int, profile: Profile, kind: Kind) -> Tier | None:
         """The tier admission would try first for a new value (None: no tier can hold it)."""
         return self.placement.first_tier(size, profile, kind)
+
+    def reserve_many(self, wanted: Sequence[tuple[int, Profile, Kind]]) -> list[Reservation]:
+        """``reserve`` for each ``(size, profile, kind)`` of a batch, all or none
+        (``PlacementService.reserve_many``)."""
+        return self.placement.reserve_many(wanted)
 
     def reserve(
         self, size: int, profile: Profile, kind: Kind, only: Tier | None = None
