@@ -48,7 +48,12 @@ from tiermem.client.errors import (
     UnavailableError,
 )
 from tiermem.client.fastpath.bulk import BulkBroken, BulkPool
-from tiermem.client.fastpath.session import SessionPool, SessionsUnsupported, StaleSession
+from tiermem.client.fastpath.session import (
+    Session,
+    SessionPool,
+    SessionsUnsupported,
+    StaleSession,
+)
 from tiermem.client.fastpath.shm import Arena, ArenaMismatch
 from tiermem.client.sessions import SESSION_METADATA
 from tiermem.client.types import Kind, ObjectInfo, Profile
@@ -478,21 +483,15 @@ class DataPlane:
                 for item, view in zip(items, views, strict=True)
             ]
         )
-        address = self._reachable(offer.bulk_address)
-        for _attempt in range(2):
-            try:
-                with self._sessions.session(address) as session:
-                    self._in_session(lambda: session.begin_put(request))
-                    status = session.send(views)
-            except StaleSession:
-                continue
-            except SessionsUnsupported:
-                break
-            except BulkBroken:
-                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
-                raise _Fallback() from None
+
+        def put(session: Session) -> dataplane_pb2.TransferStatus:
+            self._in_session(lambda: session.begin_put(request))
+            return session.send(views)
+
+        done = self._via_session(self._reachable(offer.bulk_address), put)
+        if done is not None:
             self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
-            return [_wire.info(m) for m in status.metas]
+            return [_wire.info(m) for m in done.metas]
         ticket = self._negotiate_call(
             lambda t: self._dp.BeginPut(request, timeout=t, metadata=self._transport.metadata),
             timeout_s,
@@ -506,6 +505,23 @@ class DataPlane:
             raise _Fallback() from None
         self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
         return [_wire.info(m) for m in status.metas]
+
+    def _via_session(self, address: str, request: Callable[[Session], T]) -> T | None:
+        """Run ``request`` on a bulk session to ``address``; None when the daemon
+        offers no sessions (then negotiate a ticket). A session found closed
+        before the request reached the daemon is replaced once."""
+        for _attempt in range(2):
+            try:
+                with self._sessions.session(address) as session:
+                    return request(session)
+            except StaleSession:
+                continue
+            except SessionsUnsupported:
+                return None
+            except BulkBroken:
+                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+                raise _Fallback() from None
+        raise _Fallback()
 
     @staticmethod
     def _in_session(fn: Callable[[], T]) -> T:
@@ -675,21 +691,16 @@ class DataPlane:
         request = dataplane_pb2.BeginGetRequest(
             keys=self._keys(refs), inline_max_bytes=self.threshold_bytes
         )
-        address = self._reachable(offer.bulk_address)
-        for _attempt in range(2):
-            try:
-                with self._sessions.session(address) as session:
-                    reply = self._in_session(lambda: session.begin_get(request))
-                    results, streamed = self._landing(reply, target)
-                    session.receive(streamed)
-            except StaleSession:
-                continue
-            except SessionsUnsupported:
-                break
-            except BulkBroken:
-                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
-                raise _Fallback() from None
-            return self._got(results)
+
+        def get(session: Session) -> list[Fetched]:
+            reply = self._in_session(lambda: session.begin_get(request))
+            results, streamed = self._landing(reply, target)
+            session.receive(streamed)
+            return results
+
+        got = self._via_session(self._reachable(offer.bulk_address), get)
+        if got is not None:
+            return self._got(got)
         ticket = self._negotiate_call(
             lambda t: self._dp.BeginGet(request, timeout=t, metadata=self._transport.metadata),
             timeout_s,

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from tiermem.client.errors import error_for
-from tiermem.client.fastpath.bulk import MAX_IDLE_S, BulkBroken, read_frame, recv_exact
+from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, read_frame, recv_exact
 from tiermem.dataplane_wire import (
     MAX_STATUS_BYTES,
     OP_GET,
@@ -117,23 +116,17 @@ class SessionPool:
     ) -> None:
         self._credential = credential
         self._acting = acting.encode()
-        self._timeout = io_timeout_s
-        self._buffer = socket_buffer_bytes
-        self._max_idle = max_idle
+        self._pool = IdleSockets(io_timeout_s, socket_buffer_bytes, max_idle)
+        self.close = self._pool.close
         self._lock = threading.Lock()
-        self._idle: dict[str, list[tuple[socket.socket, float]]] = {}
         self._unsupported: set[str] = set()
 
     def _open(self, address: str) -> socket.socket:
-        host, _, port = address.rpartition(":")
         try:
-            sock = socket.create_connection((host.strip("[]"), int(port)), timeout=self._timeout)
+            sock = self._pool.connect(address)
         except OSError as exc:
             raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
         try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._buffer)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._buffer)
             sock.sendall(preamble(SESSION_TICKET, self._credential) + frame(self._acting))
             status = _read_status(sock)
         except (OSError, BulkBroken) as exc:
@@ -148,46 +141,22 @@ class SessionPool:
             raise SessionsUnsupported(address)
         raise error_for(status.code, status.message)
 
-    def _take(self, address: str) -> Session:
-        now = time.monotonic()
-        with self._lock:
-            if address in self._unsupported:
-                raise SessionsUnsupported(address)
-            idle = self._idle.get(address, [])
-            while idle:
-                sock, since = idle.pop()
-                if now - since < MAX_IDLE_S:
-                    return Session(sock, reused=True)
-                sock.close()
-        return Session(self._open(address), reused=False)
-
-    def _give_back(self, address: str, sock: socket.socket) -> None:
-        with self._lock:
-            idle = self._idle.setdefault(address, [])
-            if len(idle) < self._max_idle:
-                idle.append((sock, time.monotonic()))
-                return
-        sock.close()
-
     @contextmanager
     def session(self, address: str) -> Iterator[Session]:
         """A session to ``address`` for one request (pooled afterwards if the
         request ended in step). Raises SessionsUnsupported, BulkBroken."""
-        s = self._take(address)
+        with self._lock:
+            if address in self._unsupported:
+                raise SessionsUnsupported(address)
+        sock = self._pool.take(address)
+        s = Session(sock, reused=True) if sock is not None else Session(self._open(address), False)
         try:
             yield s
         finally:
             if s.in_step:
-                self._give_back(address, s.sock)
+                self._pool.give_back(address, s.sock)
             else:
                 s.sock.close()
-
-    def close(self) -> None:
-        with self._lock:
-            socks = [s for idle in self._idle.values() for s, _ in idle]
-            self._idle.clear()
-        for sock in socks:
-            sock.close()
 
 
 def _read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
