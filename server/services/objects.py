@@ -485,20 +485,7 @@ class ObjectService:
         for p, copy in zip(puts, ssd_copies, strict=True):
             spec, profile = p.spec, p.profile
             metas.append(
-                ObjectMeta(
-                    key=spec.key,
-                    size_bytes=spec.size_bytes,
-                    checksum=p.checksum,
-                    profile=profile,
-                    tier=p.reservation.tier,
-                    session=spec.session,
-                    codec=spec.codec,
-                    tensor=spec.tensor,
-                    created_unix_ms=now_ms,
-                    accessed_unix_ms=now_ms,
-                    persisted=copy is not None,
-                    expires_unix_ms=now_ms + profile.ttl_s * 1000 if profile.ttl_s else 0,
-                )
+                _new_meta(spec, profile, p.checksum, p.reservation.tier, copy is not None, now_ms)
             )
         replaced_durable = False
         with store.lock:
@@ -670,20 +657,7 @@ class ObjectService:
         """Make the object visible; returns its metadata and whether it replaced a
         DURABLE object (whose removal must then be synced too)."""
         now_ms = int(time.time() * 1000)
-        meta = ObjectMeta(
-            key=spec.key,
-            size_bytes=spec.size_bytes,
-            checksum=checksum,
-            profile=profile,
-            tier=reservation.tier,
-            session=spec.session,
-            codec=spec.codec,
-            tensor=spec.tensor,
-            created_unix_ms=now_ms,
-            accessed_unix_ms=now_ms,
-            persisted=ssd_copy is not None,
-            expires_unix_ms=now_ms + profile.ttl_s * 1000 if profile.ttl_s else 0,
-        )
+        meta = _new_meta(spec, profile, checksum, reservation.tier, ssd_copy is not None, now_ms)
         seg = ssd_copy.segment if ssd_copy is not None else SEG_NONE
         seg_off = ssd_copy.offset if ssd_copy is not None else 0
         store, catalog = self.store, self.catalog
@@ -970,6 +944,26 @@ class ObjectService:
         except (NotFound, PermissionDenied):
             return False
         return True
+
+
+def _new_meta(
+    spec: PutSpec, profile: Profile, checksum: int, tier: Tier, persisted: bool, now_ms: int
+) -> ObjectMeta:
+    """The metadata of a put being committed now (version 1 until it replaces one)."""
+    return ObjectMeta(
+        key=spec.key,
+        size_bytes=spec.size_bytes,
+        checksum=checksum,
+        profile=profile,
+        tier=tier,
+        session=spec.session,
+        codec=spec.codec,
+        tensor=spec.tensor,
+        created_unix_ms=now_ms,
+        accessed_unix_ms=now_ms,
+        persisted=persisted,
+        expires_unix_ms=now_ms + profile.ttl_s * 1000 if profile.ttl_s else 0,
+    )
 
 
 def _encode_token(encoded_key: bytes) -> str:
