@@ -31,6 +31,9 @@ followed by a frame naming the session the caller acts as (may be empty)::
     put:                                     ◀── STATUS: "OK" = send, or refused
          ── raw bytes of every object, in request order ──▶
                                              ◀── STATUS: committed metas, or the error
+         (a put announcing at most PIPELINED_PUT_MAX_BYTES sends its bytes right
+         after the request, without waiting for the first STATUS; the daemon
+         reads and drops them when it refuses the request)
     get:                                     ◀── STATUS: "OK", or refused
                                              ◀── FRAME: serialized Ticket (metas,
                                                  sizes, inline values)
@@ -70,6 +73,9 @@ OP_GET = 2
 MAX_REQUEST_BYTES = 16 << 20
 #: Longest acting-session name in a session's opening frame.
 MAX_ACTING_BYTES = 1024
+#: A session put announcing at most this many bytes in all is followed by its
+#: bytes at once (one round trip instead of two); larger puts wait for "OK".
+PIPELINED_PUT_MAX_BYTES = 4 << 20
 
 
 def preamble(ticket_id: bytes, credential: bytes) -> bytes:

@@ -485,8 +485,7 @@ class DataPlane:
         )
 
         def put(session: Session) -> dataplane_pb2.TransferStatus:
-            self._in_session(lambda: session.begin_put(request))
-            return session.send(views)
+            return session.put(request, views, self._refusal)
 
         done = self._via_session(self._reachable(offer.bulk_address), put)
         if done is not None:
@@ -524,13 +523,12 @@ class DataPlane:
         raise _Fallback()
 
     @staticmethod
-    def _in_session(fn: Callable[[], T]) -> T:
-        """A session request: 'not now' answers (budget, limits) mean: try the next
-        path, as they do for the gRPC negotiation."""
-        try:
-            return fn()
-        except (FailedPreconditionError, CapacityError) as exc:
-            raise _Fallback() from exc
+    def _refusal(exc: TiermemClientError) -> BaseException:
+        """A session request refused: 'not now' answers (budget, limits) mean: try
+        the next path, as they do for the gRPC negotiation; others are raised."""
+        if isinstance(exc, (FailedPreconditionError, CapacityError)):
+            return _Fallback()
+        return exc
 
     def _negotiate_call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
         """A path's first call: 'not now / not here' answers mean: try the next path."""
@@ -693,7 +691,10 @@ class DataPlane:
         )
 
         def get(session: Session) -> list[Fetched]:
-            reply = self._in_session(lambda: session.begin_get(request))
+            try:
+                reply = session.begin_get(request)
+            except TiermemClientError as exc:
+                raise self._refusal(exc) from exc
             results, streamed = self._landing(reply, target)
             session.receive(streamed)
             return results

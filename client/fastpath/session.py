@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from tiermem.client.errors import error_for
+from tiermem.client.errors import TiermemClientError, error_for
 from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, read_frame, recv_exact
 from tiermem.dataplane_wire import (
     MAX_STATUS_BYTES,
     OP_GET,
     OP_PUT,
+    PIPELINED_PUT_MAX_BYTES,
     SESSION_TICKET,
     frame,
     preamble,
@@ -63,6 +64,42 @@ class Session:
             self.in_step = True
             raise error_for(status.code, status.message)
         return status
+
+    def put(
+        self,
+        request_msg: dataplane_pb2.BeginPutRequest,
+        views: Sequence[memoryview],
+        refusal: Callable[[TiermemClientError], BaseException],
+    ) -> dataplane_pb2.TransferStatus:
+        """Put the objects; returns the committed status. The daemon's refusal of
+        the request is raised as ``refusal(error)``; its error after the bytes
+        arrived (checksum, quota at commit) as is; BulkBroken: nothing stored.
+        Small puts (``PIPELINED_PUT_MAX_BYTES``) send the bytes with the request."""
+        if sum(len(v) for v in views) > PIPELINED_PUT_MAX_BYTES:
+            try:
+                self.begin_put(request_msg)
+            except TiermemClientError as exc:
+                raise refusal(exc) from exc
+            return self.send(views)
+        self.in_step = False
+        try:
+            self.sock.sendall(request(OP_PUT, request_msg.SerializeToString()))
+            for view in views:
+                if len(view):
+                    self.sock.sendall(view)
+            first = _read_status(self.sock)
+            if first.code != "OK":
+                self.in_step = True  # the daemon read and dropped the bytes
+                raise refusal(error_for(first.code, first.message))
+            final = _read_status(self.sock)
+        except (OSError, BulkBroken) as exc:
+            if self.reused:  # closed while pooled (nothing stored of a broken put)
+                raise StaleSession(f"pooled bulk session was closed: {exc}") from None
+            raise BulkBroken(f"bulk session put broke: {exc}") from None
+        self.in_step = True
+        if final.code != "OK":
+            raise error_for(final.code, final.message)
+        return final
 
     def begin_put(self, request_msg: dataplane_pb2.BeginPutRequest) -> None:
         """Ask to put; returns once the daemon reserved space for every object

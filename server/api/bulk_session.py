@@ -32,6 +32,7 @@ from tiermem.dataplane_wire import (
     MAX_REQUEST_BYTES,
     OP_GET,
     OP_PUT,
+    PIPELINED_PUT_MAX_BYTES,
     REQUEST,
     frame,
 )
@@ -166,7 +167,8 @@ class BulkSessions:
         except TiermemError as exc:
             self._metrics.bulk_transfers.labels("put", "refused").inc()
             conn.sendall(status(exc.code, exc.message))
-            return True
+            announced = sum(int(h.size_bytes) for h in msg.objects)
+            return announced > PIPELINED_PUT_MAX_BYTES or _drop(conn, announced)
         conn.sendall(status("OK", ""))
         try:
             metas = transfers.receive(ticket, conn)
@@ -206,3 +208,19 @@ class BulkSessions:
             ticket.end()  # idempotent: ``send`` ends it too
         self._metrics.bulk_transfers.labels("get", "ok").inc()
         return True
+
+
+def _drop(conn: socket.socket, nbytes: int) -> bool:
+    """Read and discard the ``nbytes`` that follow a refused pipelined put;
+    False if the connection ended first (the session is over)."""
+    scratch = memoryview(bytearray(min(nbytes, 1 << 20) or 1))
+    left = nbytes
+    try:
+        while left:
+            got = conn.recv_into(scratch, min(left, len(scratch)))
+            if got == 0:
+                return False
+            left -= got
+    except OSError:
+        return False
+    return True

@@ -179,3 +179,22 @@ def test_a_daemon_without_sessions_is_served_through_tickets(
         assert c.path_stats()["bulk"]["gets"] == 2 or c.path_stats()["shm"]["gets"] == 2
     assert sessions_opened(daemon) == 0
     assert daemon.metrics.bulk_transfers.labels("put", "ok")._value.get() == 1
+
+
+@pytest.mark.parametrize("size", [256 << 10, 6 * MiB])  # bytes sent with the request, or after OK
+def test_a_refused_put_leaves_the_session_in_step(
+    daemon: Daemon, client: Client, size: int
+) -> None:
+    old, new = values(2, size, 6)
+    client.dataplane.put_many([PutItem(Kind.KV_BLOCK, "first", old)], path="bulk")
+    with pytest.raises(TiermemClientError) as info:
+        client.dataplane.put_many(
+            [PutItem(Kind.KV_BLOCK, "first", new, if_absent=True)], path="bulk"
+        )
+    assert info.value.code == "ALREADY_EXISTS"
+    client.dataplane.put_many([PutItem(Kind.KV_BLOCK, "second", new)], path="bulk")
+    got = client.dataplane.get_many(
+        [ObjectRef(Kind.KV_BLOCK, "first"), ObjectRef(Kind.KV_BLOCK, "second")], path="bulk"
+    )
+    assert [bytes(f.data) for f in got] == [old, new]
+    assert sessions_opened(daemon) == 1
