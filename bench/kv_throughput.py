@@ -516,9 +516,10 @@ def run(rounds: int, quick: bool) -> None:
     bufs = Buffers()
     load_before = os.getloadavg()[0]
     notes: list[str] = [
-        "single 256 KiB operations are bound by tiermem's per-operation gRPC negotiation "
-        "(Reserve+Commit, Lease, BeginPut/BeginGet: Python gRPC unary calls); batches "
-        "(put_many/get_many) amortise it over 32 blocks",
+        "single 256 KiB operations through shm and gRPC are bound by their per-operation "
+        "gRPC negotiation (Reserve+Commit, Lease: Python gRPC unary calls); bulk puts and "
+        "gets go over a bulk session (one authentication per connection, framed requests, "
+        "no gRPC call); batches (put_many/get_many) amortise the rest over 32 blocks",
         "LMCache's lm:// connector leaves Nagle's algorithm on: its small puts wait for "
         "delayed ACKs (~40 ms), as they would in production",
     ]

@@ -28,6 +28,7 @@ from tiermem.server.api.access import AccessInterceptor
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.agent import OperatorServicer, ScratchServicer, SessionServicer
 from tiermem.server.api.blobs import BlobServicer
+from tiermem.server.api.bulk_session import BulkSessions
 from tiermem.server.api.dataplane import DataPlaneServicer
 from tiermem.server.api.integrity import IntegrityServicer
 from tiermem.server.api.interceptor import ServerInterceptor
@@ -203,6 +204,9 @@ class Daemon:
         store = self.store
         self.metrics.leases_active.set_function(lambda: store.leases.active)
         self.dataplane = DataPlane(self.objects, cfg, self.metrics)
+        self.dataplane.serve_sessions(
+            BulkSessions(self.dataplane.transfers, self.store.guard, cfg, self.metrics).serve
+        )
         if self.remote is not None:
             self.dataplane.fill_from(self.remote.fill)
             self.dataplane.shm.remote = self.remote

@@ -361,6 +361,10 @@ class BulkChannelConfig(_Section):
     """A connection that sends or accepts nothing for this long is cut (the transfer fails)."""
     idle_timeout_s: float = Field(default=120.0, gt=0)
     """A connection with no transfer for this long is closed (clients reconnect)."""
+    sessions: bool = True
+    """Offer bulk sessions: a client authenticates once per connection and then
+    sends framed put/get requests on it without a gRPC call each (they expire
+    after ``idle_timeout_s`` without a request)."""
     socket_buffer_bytes: ByteSize = ByteSize(4 * MiB)
     """SO_SNDBUF / SO_RCVBUF of bulk connections (bytes; the kernel may cap it)."""
 

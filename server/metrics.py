@@ -421,6 +421,12 @@ class Metrics:
         self.bulk_connections = Gauge(
             "tiermem_bulk_connections", "Bulk-channel connections open.", registry=r
         )
+        # -- bulk sessions (server/api/bulk_session.py) -----------------------------
+        self.bulk_sessions = Counter(
+            "tiermem_bulk_sessions",
+            "Bulk-channel sessions opened (requests without a gRPC call each).",
+            registry=r,
+        )
         # -- vectors (server/services/vectors.py) ----------------------------------
         self.vector_ops = Counter(
             "tiermem_vector_operations", "Vector service calls by operation.", ["op"],
@@ -615,15 +621,17 @@ class Metrics:
             registry=r,
         )
 
-    def count_read(self, kind: str, served_by: str | None, tiers: Sequence[str]) -> None:
-        """Count one read: a hit on ``served_by`` and a miss on every tier in
+    def count_read(
+        self, kind: str, served_by: str | None, tiers: Sequence[str], n: int = 1
+    ) -> None:
+        """Count ``n`` reads: a hit on ``served_by`` and a miss on every tier in
         ``tiers`` (enabled tiers, fastest first) looked at before it; a miss on
         all of them when nothing was found (``served_by`` None)."""
         for tier in tiers:
             if tier == served_by:
-                self.hits.labels(tier, kind).inc()
+                self.hits.labels(tier, kind).inc(n)
                 return
-            self.misses.labels(tier, kind).inc()
+            self.misses.labels(tier, kind).inc(n)
 
     def watch_catalog_memory(self, snapshot: Callable[[], dict[str, int]]) -> None:
         """Export the catalog's memory (memtables, block cache) at scrape time."""

@@ -18,6 +18,32 @@ A STATUS frame is a little-endian u32 length followed by a serialized
 ``tiermem.v1.TransferStatus``. Raw bytes carry no framing: the ticket told both
 sides every size. A connection that breaks or ends early mid-transfer is an
 error on both sides (the daemon stores nothing of it) and is not reused.
+
+A **session** carries requests without a gRPC call each. It is opened by a
+preamble presenting ``SESSION_TICKET`` (all zero) and the caller's credential,
+followed by a frame naming the session the caller acts as (may be empty)::
+
+    ── PREAMBLE(SESSION_TICKET, credential), FRAME(acting session) ──▶
+                                             ◀── STATUS: "OK" = session open
+    then any number of requests, one at a time:
+    ── REQUEST: op u8 (1 put, 2 get), 3 zero bytes, length u32,   ──▶
+       serialized BeginPutRequest / BeginGetRequest
+    put:                                     ◀── STATUS: "OK" = send, or refused
+         ── raw bytes of every object, in request order ──▶
+                                             ◀── STATUS: committed metas, or the error
+         (a put announcing at most PIPELINED_PUT_MAX_BYTES sends its bytes right
+         after the request, without waiting for the first STATUS; the daemon
+         reads and drops them when it refuses the request)
+    get:                                     ◀── STATUS: "OK", or refused
+                                             ◀── FRAME: serialized Ticket (metas,
+                                                 sizes, inline values)
+                                             ◀── raw bytes of every streamed object
+
+Every request is checked as its gRPC twin (credentials, namespace roles,
+quotas, acting session). A refused request leaves the session open; a
+malformed request gets an INVALID_ARGUMENT status and the session is closed;
+an idle session is closed after ``dataplane.bulk.idle_timeout_s``. A daemon
+without sessions answers the opening preamble NOT_FOUND (unknown ticket).
 """
 
 from __future__ import annotations
@@ -36,6 +62,20 @@ MAX_STATUS_BYTES = 16 << 20
 
 PREAMBLE = struct.Struct(f"<4sHH{TICKET_ID_BYTES}s")
 LENGTH = struct.Struct("<I")
+
+#: The ticket id a preamble presents to open a session instead of one transfer.
+SESSION_TICKET = bytes(TICKET_ID_BYTES)
+#: A session request's header: op, 3 reserved zero bytes, payload length.
+REQUEST = struct.Struct("<B3xI")
+OP_PUT = 1
+OP_GET = 2
+#: Largest request payload (a BeginPut/BeginGet message) a daemon reads.
+MAX_REQUEST_BYTES = 16 << 20
+#: Longest acting-session name in a session's opening frame.
+MAX_ACTING_BYTES = 1024
+#: A session put announcing at most this many bytes in all is followed by its
+#: bytes at once (one round trip instead of two); larger puts wait for "OK".
+PIPELINED_PUT_MAX_BYTES = 4 << 20
 
 
 def preamble(ticket_id: bytes, credential: bytes) -> bytes:
@@ -62,3 +102,10 @@ def host_id() -> str:
     except OSError:
         boot = ""
     return hashlib.sha256(f"{boot}|{socket.gethostname()}".encode()).hexdigest()[:32]
+
+
+def request(op: int, payload: bytes) -> bytes:
+    """A session request frame around a serialized BeginPut/BeginGet request."""
+    if len(payload) > MAX_REQUEST_BYTES:
+        raise ValueError(f"a request of {len(payload)} bytes exceeds {MAX_REQUEST_BYTES}")
+    return REQUEST.pack(op, len(payload)) + payload

@@ -25,22 +25,21 @@ class BulkBroken(Exception):
     broken put). Safe to retry the whole operation by another path."""
 
 
-class BulkPool:
+class IdleSockets:
+    """Connections kept open for reuse, per daemon address, at most ``max_idle``
+    each, dropped after ``MAX_IDLE_S``."""
+
     def __init__(
-        self,
-        credential: bytes,
-        io_timeout_s: float = 30.0,
-        socket_buffer_bytes: int = 4 << 20,
-        max_idle: int = 8,
+        self, io_timeout_s: float = 30.0, socket_buffer_bytes: int = 4 << 20, max_idle: int = 8
     ) -> None:
-        self._credential = credential
         self._timeout = io_timeout_s
         self._buffer = socket_buffer_bytes
         self._max_idle = max_idle
         self._lock = threading.Lock()
         self._idle: dict[str, list[tuple[socket.socket, float]]] = {}
 
-    def _connect(self, address: str) -> socket.socket:
+    def connect(self, address: str) -> socket.socket:
+        """A new connection (raises OSError if it cannot be made)."""
         host, _, port = address.rpartition(":")
         sock = socket.create_connection((host.strip("[]"), int(port)), timeout=self._timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -48,19 +47,19 @@ class BulkPool:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._buffer)
         return sock
 
-    def _take(self, address: str) -> tuple[socket.socket, bool]:
-        """A connection and whether it was reused from the pool."""
+    def take(self, address: str) -> socket.socket | None:
+        """A pooled connection to ``address``, or None."""
         now = time.monotonic()
         with self._lock:
             idle = self._idle.get(address, [])
             while idle:
                 sock, since = idle.pop()
                 if now - since < MAX_IDLE_S:
-                    return sock, True
+                    return sock
                 sock.close()
-        return self._connect(address), False
+        return None
 
-    def _give_back(self, address: str, sock: socket.socket) -> None:
+    def give_back(self, address: str, sock: socket.socket) -> None:
         with self._lock:
             idle = self._idle.setdefault(address, [])
             if len(idle) < self._max_idle:
@@ -74,6 +73,27 @@ class BulkPool:
             self._idle.clear()
         for sock in socks:
             sock.close()
+
+
+class BulkPool:
+    def __init__(
+        self,
+        credential: bytes,
+        io_timeout_s: float = 30.0,
+        socket_buffer_bytes: int = 4 << 20,
+        max_idle: int = 8,
+    ) -> None:
+        self._credential = credential
+        self._pool = IdleSockets(io_timeout_s, socket_buffer_bytes, max_idle)
+        self._give_back = self._pool.give_back
+        self.close = self._pool.close
+
+    def _take(self, address: str) -> tuple[socket.socket, bool]:
+        """A connection and whether it was reused from the pool."""
+        sock = self._pool.take(address)
+        if sock is not None:
+            return sock, True
+        return self._pool.connect(address), False
 
     def _start(self, address: str, ticket_id: bytes) -> socket.socket:
         """Open (or reuse) a connection and present the ticket; returns once the
@@ -151,7 +171,7 @@ class BulkPool:
             left = nbytes
             while left:
                 view = buffer[: min(len(buffer), left)]
-                _recv_exact(sock, view)
+                recv_exact(sock, view)
                 left -= len(view)
                 on_data(view)
         except (OSError, BulkBroken) as exc:
@@ -167,14 +187,14 @@ class BulkPool:
         sock = self._start(address, ticket_id)
         try:
             for out in outs:
-                _recv_exact(sock, out)
+                recv_exact(sock, out)
         except (OSError, BulkBroken) as exc:
             sock.close()
             raise BulkBroken(f"bulk get from {address} broke: {exc}") from None
         self._give_back(address, sock)
 
 
-def _recv_exact(sock: socket.socket, view: memoryview) -> None:
+def recv_exact(sock: socket.socket, view: memoryview) -> None:
     size = len(view)
     got = 0
     while got < size:
@@ -184,14 +204,19 @@ def _recv_exact(sock: socket.socket, view: memoryview) -> None:
         got += n
 
 
-def _read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
+def read_frame(sock: socket.socket, limit_bytes: int = MAX_STATUS_BYTES) -> bytes:
+    """One length-prefixed frame's body (at most ``limit_bytes``)."""
     head = bytearray(LENGTH.size)
-    _recv_exact(sock, memoryview(head))
+    recv_exact(sock, memoryview(head))
     (length,) = LENGTH.unpack(head)
-    if length > MAX_STATUS_BYTES:
-        raise BulkBroken(f"status frame of {length} bytes exceeds {MAX_STATUS_BYTES}")
+    if length > limit_bytes:
+        raise BulkBroken(f"frame of {length} bytes exceeds {limit_bytes}")
     body = bytearray(length)
-    _recv_exact(sock, memoryview(body))
+    recv_exact(sock, memoryview(body))
+    return bytes(body)
+
+
+def _read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
     msg = dataplane_pb2.TransferStatus()
-    msg.ParseFromString(bytes(body))
+    msg.ParseFromString(read_frame(sock))
     return msg

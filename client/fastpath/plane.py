@@ -48,7 +48,14 @@ from tiermem.client.errors import (
     UnavailableError,
 )
 from tiermem.client.fastpath.bulk import BulkBroken, BulkPool
+from tiermem.client.fastpath.session import (
+    Session,
+    SessionPool,
+    SessionsUnsupported,
+    StaleSession,
+)
 from tiermem.client.fastpath.shm import Arena, ArenaMismatch
+from tiermem.client.sessions import SESSION_METADATA
 from tiermem.client.types import Kind, ObjectInfo, Profile
 from tiermem.dataplane_wire import VERSION, host_id
 from tiermem.v1 import dataplane_pb2, dataplane_pb2_grpc, object_pb2, object_pb2_grpc
@@ -161,6 +168,8 @@ class DataPlane:
         self._objects = object_pb2_grpc.ObjectServiceStub(transport.channel)
         token = dict(transport.metadata).get("authorization", "")
         self._bulk = BulkPool(token.encode())
+        acting = dict(transport.metadata).get(SESSION_METADATA, "")
+        self._sessions = SessionPool(token.encode(), acting)
         self._lock = threading.Lock()
         self._offer: _Offer | None = None
         self._bulk_down_until = 0.0
@@ -285,6 +294,7 @@ class DataPlane:
             with contextlib.suppress(grpc.RpcError, grpc.FutureTimeoutError):
                 future.result(timeout=5)
         self._bulk.close()
+        self._sessions.close()
         with self._lock:
             offer, self._offer = self._offer, None
         if offer is not None and offer.arena is not None:
@@ -474,6 +484,14 @@ class DataPlane:
                 for item, view in zip(items, views, strict=True)
             ]
         )
+
+        def put(session: Session) -> dataplane_pb2.TransferStatus:
+            return session.put(request, views, self._refusal)
+
+        done = self._via_session(self._reachable(offer.bulk_address), put)
+        if done is not None:
+            self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
+            return [_wire.info(m) for m in done.metas]
         ticket = self._negotiate_call(
             lambda t: self._dp.BeginPut(request, timeout=t, metadata=self._transport.metadata),
             timeout_s,
@@ -487,6 +505,31 @@ class DataPlane:
             raise _Fallback() from None
         self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
         return [_wire.info(m) for m in status.metas]
+
+    def _via_session(self, address: str, request: Callable[[Session], T]) -> T | None:
+        """Run ``request`` on a bulk session to ``address``; None when the daemon
+        offers no sessions (then negotiate a ticket). A session found closed
+        before the request reached the daemon is replaced once."""
+        for _attempt in range(2):
+            try:
+                with self._sessions.session(address) as session:
+                    return request(session)
+            except StaleSession:
+                continue
+            except SessionsUnsupported:
+                return None
+            except BulkBroken:
+                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+                raise _Fallback() from None
+        raise _Fallback()
+
+    @staticmethod
+    def _refusal(exc: TiermemClientError) -> BaseException:
+        """A session request refused: 'not now' answers (budget, limits) mean: try
+        the next path, as they do for the gRPC negotiation; others are raised."""
+        if isinstance(exc, (FailedPreconditionError, CapacityError)):
+            return _Fallback()
+        return exc
 
     def _negotiate_call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
         """A path's first call: 'not now / not here' answers mean: try the next path."""
@@ -647,10 +690,42 @@ class DataPlane:
         request = dataplane_pb2.BeginGetRequest(
             keys=self._keys(refs), inline_max_bytes=self.threshold_bytes
         )
+
+        def get(session: Session) -> list[Fetched]:
+            try:
+                reply = session.begin_get(request)
+            except TiermemClientError as exc:
+                raise self._refusal(exc) from exc
+            results, streamed = self._landing(reply, target)
+            session.receive(streamed)
+            return results
+
+        got = self._via_session(self._reachable(offer.bulk_address), get)
+        if got is not None:
+            return self._got(got)
         ticket = self._negotiate_call(
             lambda t: self._dp.BeginGet(request, timeout=t, metadata=self._transport.metadata),
             timeout_s,
         )
+        results, streamed = self._landing(ticket, target)
+        if streamed:
+            try:
+                self._bulk.get(
+                    self._reachable(ticket.address or offer.bulk_address),
+                    ticket.ticket_id,
+                    streamed,
+                )
+            except BulkBroken:
+                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+                raise _Fallback() from None
+        return self._got(results)
+
+    @staticmethod
+    def _landing(
+        ticket: dataplane_pb2.Ticket, target: _Target
+    ) -> tuple[list[Fetched], list[memoryview]]:
+        """Where each object of a get ticket lands: inline values copied out now,
+        streamed ones given views of their targets (returned in stream order)."""
         results: list[Fetched] = []
         streamed: list[memoryview] = []
         for i, obj in enumerate(ticket.objects):
@@ -670,16 +745,9 @@ class DataPlane:
                 view = np.empty(size, dtype=np.uint8).data
             streamed.append(view)
             results.append(Fetched(info, view, "bulk"))
-        if streamed:
-            try:
-                self._bulk.get(
-                    self._reachable(ticket.address or offer.bulk_address),
-                    ticket.ticket_id,
-                    streamed,
-                )
-            except BulkBroken:
-                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
-                raise _Fallback() from None
+        return results, streamed
+
+    def _got(self, results: list[Fetched]) -> list[Fetched]:
         if self.verify:
             for r in results:
                 if r.path == "bulk":

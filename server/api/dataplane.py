@@ -122,7 +122,7 @@ class DataPlaneServicer(dataplane_pb2_grpc.DataPlaneServiceServicer):
     ) -> dataplane_pb2.Ticket:
         specs = [put_spec(h, acting_session(context)) for h in request.objects]
         ticket = self._plane.transfers.begin_put(_owner(context), specs)
-        return _ticket(ticket, self._plane.transfers.address)
+        return ticket_message(ticket, self._plane.transfers.address)
 
     def BeginGet(
         self, request: dataplane_pb2.BeginGetRequest, context: grpc.ServicerContext
@@ -131,10 +131,10 @@ class DataPlaneServicer(dataplane_pb2_grpc.DataPlaneServiceServicer):
         ticket = self._plane.transfers.begin_get(
             _owner(context), keys, int(request.inline_max_bytes), acting_session(context)
         )
-        return _ticket(ticket, self._plane.transfers.address)
+        return ticket_message(ticket, self._plane.transfers.address)
 
 
-def _ticket(ticket: Ticket, address: str) -> dataplane_pb2.Ticket:
+def ticket_message(ticket: Ticket, address: str) -> dataplane_pb2.Ticket:
     msg = dataplane_pb2.Ticket(
         ticket_id=ticket.ticket_id,
         address=address,

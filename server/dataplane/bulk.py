@@ -14,11 +14,13 @@ import contextlib
 import logging
 import socket
 import threading
+from collections.abc import Callable
 
 from tiermem.dataplane_wire import (
     MAGIC,
     MAX_CREDENTIAL_BYTES,
     PREAMBLE,
+    SESSION_TICKET,
     VERSION,
     frame,
 )
@@ -33,8 +35,13 @@ from tiermem.v1 import dataplane_pb2
 
 log = logging.getLogger(__name__)
 
+#: Runs a session on a connection whose preamble presented ``SESSION_TICKET``:
+#: ``(connection, credential, peer host) -> keep the connection open`` (never,
+#: in practice: a session ends with its connection). ``api.bulk_session``.
+SessionHandler = Callable[[socket.socket, bytes, str], bool]
 
-class _Closed(Exception):
+
+class Closed(Exception):
     """The peer closed the connection between transfers (a normal end)."""
 
 
@@ -53,6 +60,8 @@ class BulkServer:
         self._threads: set[threading.Thread] = set()
         self._stopping = threading.Event()
         self.address = ""
+        #: serves sessions (None: a session preamble is refused as an unknown ticket)
+        self.sessions: SessionHandler | None = None
 
     def start(self) -> str:
         """Listen and serve; returns the advertised HOST:PORT."""
@@ -108,7 +117,7 @@ class BulkServer:
     def _refuse(self, conn: socket.socket, code: str, message: str) -> None:
         try:
             conn.settimeout(1.0)
-            conn.sendall(_status(code, message))
+            conn.sendall(status(code, message))
         except OSError:
             pass
         finally:
@@ -126,7 +135,7 @@ class BulkServer:
             while not self._stopping.is_set():
                 if not self._one_transfer(conn, host):
                     return
-        except (_Closed, OSError):
+        except (Closed, OSError):
             return
         except Exception:
             log.exception("bulk connection from %s failed", peer)
@@ -142,12 +151,12 @@ class BulkServer:
         """Serve one transfer; False when the connection must be closed."""
         cfg = self._config
         conn.settimeout(cfg.idle_timeout_s)
-        head = _recv_exact(conn, PREAMBLE.size, between_transfers=True)
+        head = recv_exact(conn, PREAMBLE.size, between_transfers=True)
         conn.settimeout(cfg.io_timeout_s)
         magic, version, cred_len, ticket_id = PREAMBLE.unpack(head)
         if magic != MAGIC or version != VERSION or cred_len > MAX_CREDENTIAL_BYTES:
             conn.sendall(
-                _status(
+                status(
                     "INVALID_ARGUMENT",
                     f"not a tiermem bulk preamble (magic {magic!r}, version {version}); "
                     f"this daemon speaks version {VERSION}",
@@ -155,18 +164,20 @@ class BulkServer:
             )
             self._metrics.bulk_transfers.labels("-", "refused").inc()
             return False
-        credential = _recv_exact(conn, cred_len) if cred_len else b""
+        credential = recv_exact(conn, cred_len) if cred_len else b""
+        if ticket_id == SESSION_TICKET and self.sessions is not None:
+            return self.sessions(conn, credential, host)
         try:
             ticket = self._transfers.claim(ticket_id, principal_of(credential, host))
         except TiermemError as exc:
-            conn.sendall(_status(exc.code, exc.message))
+            conn.sendall(status(exc.code, exc.message))
             self._metrics.bulk_transfers.labels("-", "refused").inc()
             return True
         op = ticket.op
         if ticket.stream is not None:
             return self._stream(conn, ticket)
         if op == "get":
-            conn.sendall(_status("OK", ""))
+            conn.sendall(status("OK", ""))
             try:
                 self._transfers.send(ticket, conn)
             except OSError:
@@ -174,7 +185,7 @@ class BulkServer:
                 raise
             self._metrics.bulk_transfers.labels(op, "ok").inc()
             return True
-        conn.sendall(_status("OK", ""))
+        conn.sendall(status("OK", ""))
         try:
             metas = self._transfers.receive(ticket, conn)
         except (TransferBroken, OSError) as exc:
@@ -183,17 +194,17 @@ class BulkServer:
             return False
         except TiermemError as exc:
             self._metrics.bulk_transfers.labels(op, "failed").inc()
-            conn.sendall(_status(exc.code, exc.message))
+            conn.sendall(status(exc.code, exc.message))
             return True
         self._metrics.bulk_transfers.labels(op, "ok").inc()
-        conn.sendall(_status("OK", "", metas))
+        conn.sendall(status("OK", "", metas))
         return True
 
     def _stream(self, conn: socket.socket, ticket: Ticket) -> bool:
         """A stream ticket: OK, the bytes, and (streams in) a final status. A stream
         out that fails midway closes the connection (the client sees a short read)."""
         label = "put" if ticket.op == "stream_in" else "get"
-        conn.sendall(_status("OK", ""))
+        conn.sendall(status("OK", ""))
         try:
             self._transfers.run_stream(ticket, conn)
         except (TransferBroken, OSError) as exc:
@@ -205,22 +216,22 @@ class BulkServer:
             if ticket.op == "stream_out":
                 log.warning("bulk stream out failed, connection closed: %s", exc.message)
                 return False
-            conn.sendall(_status(exc.code, exc.message))
+            conn.sendall(status(exc.code, exc.message))
             return True
         self._metrics.bulk_transfers.labels(label, "ok").inc()
         if ticket.op == "stream_in":
-            conn.sendall(_status("OK", ""))
+            conn.sendall(status("OK", ""))
         return True
 
 
-def _status(code: str, message: str, metas: list[ObjectMeta] | None = None) -> bytes:
+def status(code: str, message: str, metas: list[ObjectMeta] | None = None) -> bytes:
     msg = dataplane_pb2.TransferStatus(code=code, message=message)
     if metas:
         msg.metas.extend(meta_to_proto(m) for m in metas)
     return frame(msg.SerializeToString())
 
 
-def _recv_exact(conn: socket.socket, n: int, between_transfers: bool = False) -> bytes:
+def recv_exact(conn: socket.socket, n: int, between_transfers: bool = False) -> bytes:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
@@ -228,7 +239,7 @@ def _recv_exact(conn: socket.socket, n: int, between_transfers: bool = False) ->
         k = conn.recv_into(view[got:], n - got)
         if k == 0:
             if between_transfers and got == 0:
-                raise _Closed()
+                raise Closed()
             raise OSError(f"bulk connection closed after {got} of {n} preamble bytes")
         got += k
     return bytes(buf)

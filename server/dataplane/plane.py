@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from tiermem.dataplane_wire import VERSION, host_id
 from tiermem.server.config import Config
-from tiermem.server.dataplane.bulk import BulkServer
+from tiermem.server.dataplane.bulk import BulkServer, SessionHandler
 from tiermem.server.dataplane.limits import ByteBudget
 from tiermem.server.dataplane.shm import ArenaInfo, SharedMemoryPlane
 from tiermem.server.dataplane.transfers import BulkTransfers
@@ -46,6 +46,12 @@ class DataPlane:
         self._bulk = BulkServer(self.transfers, dp.bulk, metrics) if dp.bulk.enabled else None
         metrics.dataplane_leases_active.set_function(lambda: len(self.leases))
         metrics.bulk_tickets_active.set_function(lambda: len(self.transfers.tickets))
+
+    def serve_sessions(self, handler: SessionHandler) -> None:
+        """Offer bulk sessions (``api.bulk_session``) when the channel is on and
+        ``dataplane.bulk.sessions`` is set."""
+        if self._bulk is not None and self._config.dataplane.bulk.sessions:
+            self._bulk.sessions = handler
 
     def fill_from(self, fill: Callable[[Sequence[ObjectKey]], None]) -> None:
         """Reads of objects not held here first bring them in with ``fill`` (the

@@ -57,7 +57,7 @@ from tiermem.server.errors import FailedPrecondition, InvalidArgument, TiermemEr
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Profile, Tier
 from tiermem.server.services.leases import Lease, LeaseKind, LeaseTable, Region
-from tiermem.server.services.objects import ObjectRead, ObjectService, PutSpec
+from tiermem.server.services.objects import FilledPut, ObjectRead, ObjectService, PutSpec
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.dram import DramEngine
 
@@ -268,6 +268,8 @@ class SharedMemoryPlane:
                 lease.end()
             self._ended(leases, "aborted")
             raise
+        if all(put.in_place for put, _ in puts):
+            return self._commit_in_place(leases, puts)
         metas: list[ObjectMeta] = []
         for i, (put, xxh3) in enumerate(puts):
             try:
@@ -283,6 +285,24 @@ class SharedMemoryPlane:
                         f"{i}.. were not)"
                     ) from exc
                 raise
+        self._ended(leases, "committed")
+        return metas
+
+    def _commit_in_place(
+        self, leases: Sequence[Lease], puts: Sequence[tuple[PendingPut, int]]
+    ) -> list[ObjectMeta]:
+        """Commit extents that become the objects' DRAM copies as one unit
+        (``ObjectService.commit_filled_many``: all or none)."""
+        try:
+            metas = self._objects.commit_filled_many(
+                [FilledPut(p.spec, p.profile, p.reservation, xxh3) for p, xxh3 in puts],
+                path="shm",
+            )
+        except BaseException:
+            self._ended(leases, "aborted")
+            raise
+        finally:  # committed or aborted, the reservations are consumed
+            self._budget.give(sum(p.reservation.size for p, _ in puts))
         self._ended(leases, "committed")
         return metas
 
@@ -318,13 +338,19 @@ class SharedMemoryPlane:
         inline_max = min(inline_max_bytes or self._config.inline_max_bytes, self._inline_cap())
         staged = self._fill(arena, keys, inline_max)
         opened: list[tuple[ObjectMeta, Region | None, bytes | None]] = []
+        readers: list[ObjectRead] = []
         try:
+            rest = [key for key in keys if key not in staged]
+            readers = self._objects.read_many(rest, caller=caller) if rest else []
+            readers.reverse()  # popped from the end, in key order
             for key in keys:
                 hit = staged.pop(key, None)
-                opened.append(hit or self._open_one(arena, key, inline_max, caller))
+                opened.append(hit or self._open_one(arena, readers.pop(), inline_max))
             regions = [region for _meta, region, _inline in opened if region is not None]
             granted = iter(self._leases.grant_many(owner, LeaseKind.READ, ttl_s, regions))
         except BaseException:
+            for reader in readers:  # opened but not yet given a region
+                reader.release()
             for _meta, region, _inline in [*opened, *staged.values()]:
                 if region is not None:
                     region[2]()
@@ -389,9 +415,9 @@ class SharedMemoryPlane:
         return int(self._config.inline_max_bytes)
 
     def _open_one(
-        self, arena: DramEngine, key: ObjectKey, inline_max: int, caller: str
+        self, arena: DramEngine, reader: ObjectRead, inline_max: int
     ) -> tuple[ObjectMeta, Region | None, bytes | None]:
-        reader = self._objects.read(key, caller=caller)
+        """An opened object as a grant: inline bytes, its arena extent, or a staging copy."""
         size = reader.meta.size_bytes
         if size <= inline_max or size < arena.arena_min_bytes:
             try:

@@ -44,11 +44,10 @@ from tiermem.server.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
-    TiermemError,
 )
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import ObjectKey, ObjectMeta, Profile
-from tiermem.server.services.objects import ObjectRead, ObjectService, PutSpec
+from tiermem.server.services.objects import FilledPut, ObjectRead, ObjectService, PutSpec
 from tiermem.server.tiers.base import Reservation
 
 #: Received bytes are hashed in windows of this size, right after they land
@@ -230,16 +229,17 @@ class BulkTransfers:
         ticket = self._new_ticket(owner, "put")
         ticket.end = lambda: self._drop_puts(ticket)
         try:
-            for spec in specs:
-                profile = self._objects.prepare(spec)
-                self._budget.take(spec.size_bytes)
-                try:
-                    reservation = self._objects.reserve(spec.size_bytes, profile, spec.key.kind)
-                except BaseException:
-                    self._budget.give(spec.size_bytes)
-                    raise
-                ticket.puts.append(PutItem(spec, profile, reservation))
-                ticket.held_bytes += spec.size_bytes
+            profiles = self._objects.prepare_many(specs)
+            total = sum(spec.size_bytes for spec in specs)
+            self._budget.take(total)
+            ticket.held_bytes = total
+            reservations = self._objects.reserve_many(
+                [(s.size_bytes, p, s.key.kind) for s, p in zip(specs, profiles, strict=True)]
+            )
+            ticket.puts = [
+                PutItem(spec, profile, reservation)
+                for spec, profile, reservation in zip(specs, profiles, reservations, strict=True)
+            ]
             self.tickets.issue(ticket)
         except BaseException:
             ticket.end()
@@ -257,8 +257,9 @@ class BulkTransfers:
         """Fill the ticket's reservations from ``channel`` and commit them.
 
         Raises TransferBroken if the stream ends or fails early, Corrupted if an
-        announced checksum does not match; either way nothing is stored. Should a
-        commit fail after others succeeded, the error says which were stored."""
+        announced checksum does not match; either way nothing is stored. The
+        batch is committed as one unit (``ObjectService.commit_filled_many``):
+        every object becomes visible, or none does."""
         if ticket.op != "put":
             raise FailedPrecondition("this ticket is for a get, not a put")
         sums: list[int] = []
@@ -272,28 +273,18 @@ class BulkTransfers:
         except BaseException:
             ticket.end()
             raise
-        metas: list[ObjectMeta] = []
         items, ticket.puts = ticket.puts, []
-        for i, item in enumerate(items):
-            try:
-                meta = self._objects.commit_filled(
-                    item.spec, item.profile, item.reservation, sums[i], path="bulk"
-                )
-            except BaseException as exc:
-                for later in items[i + 1 :]:
-                    self._objects.abort(later.reservation)
-                self._budget.give(ticket.held_bytes)  # this object's and the rest's
-                ticket.held_bytes = 0
-                if i and isinstance(exc, TiermemError):
-                    raise type(exc)(
-                        f"{exc.message} (objects 0..{i - 1} of the batch were committed, "
-                        f"{i}.. were not)"
-                    ) from exc
-                raise
-            metas.append(meta)
-            self._budget.give(item.spec.size_bytes)
-            ticket.held_bytes -= item.spec.size_bytes
-        return metas
+        try:
+            return self._objects.commit_filled_many(
+                [
+                    FilledPut(item.spec, item.profile, item.reservation, xxh3)
+                    for item, xxh3 in zip(items, sums, strict=True)
+                ],
+                path="bulk",
+            )
+        finally:  # committed or aborted, the reservations are consumed
+            self._budget.give(ticket.held_bytes)
+            ticket.held_bytes = 0
 
     # -- get --------------------------------------------------------------------------
     def begin_get(
@@ -309,9 +300,12 @@ class BulkTransfers:
         )
         ticket = self._new_ticket(owner, "get")
         ticket.end = lambda: self._drop_gets(ticket)
+        readers: list[ObjectRead] = []
         try:
-            for key in keys:
-                reader = self._objects.read(key, caller=caller)
+            readers = self._objects.read_many(keys, caller=caller)
+            readers.reverse()  # popped from the end, in key order
+            while readers:
+                reader = readers.pop()
                 size = reader.meta.size_bytes
                 if size <= inline_max:
                     try:
@@ -328,6 +322,8 @@ class BulkTransfers:
                 ticket.held_bytes += size
             self.tickets.issue(ticket)
         except BaseException:
+            for reader in readers:  # opened but not yet in the ticket
+                reader.release()
             ticket.end()
             raise
         return ticket

@@ -14,11 +14,13 @@ from __future__ import annotations
 import base64
 import binascii
 import builtins
+import contextlib
 import logging
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -106,7 +108,8 @@ class ObjectRead:
     #: read when the reader releases them (no second read of the slow copy)
     _promote: Callable[[], object] | None = None
     #: the guard's admission of this read (in-flight limits), ended by ``release``
-    ticket: Ticket | None = None
+    #: (a share of one admission when the read was opened by ``read_many``)
+    ticket: Ticket | SharedAdmission | None = None
 
     def release(self) -> None:
         try:
@@ -122,6 +125,38 @@ class ObjectRead:
         view = self.view
         for start in range(0, len(view), chunk_bytes):
             yield bytes(view[start : start + chunk_bytes])
+
+
+@dataclass(slots=True)
+class FilledPut:
+    """A reservation filled with a put's bytes and verified (``checksum`` is the
+    xxh3-64 of the buffer), ready for ``ObjectService.commit_filled_many``."""
+
+    spec: PutSpec
+    profile: Profile
+    reservation: Reservation
+    checksum: int
+
+
+class SharedAdmission:
+    """One guard admission shared by the readers ``read_many`` opened in one
+    namespace: the admission ends when the last of them is released."""
+
+    def __init__(self, ticket: Ticket, holders: int) -> None:
+        self._ticket = ticket
+        self._left = holders
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            self._left -= 1
+            last = self._left == 0
+        if last:
+            self._ticket.release()
+
+    def end(self) -> None:
+        """End the admission now (its readers were never handed out)."""
+        self._ticket.release()
 
 
 class ObjectGuard(Protocol):
@@ -173,6 +208,17 @@ class ObjectService:
     # -- put ----------------------------------------------------------------------
     def validate(self, spec: PutSpec) -> Entry | None:
         """Check a put before any byte arrives; returns the entry it would replace."""
+        self._check_fields(spec)
+        self.store.guard.authorize(spec.key.namespace, Role.WRITE)
+        with self.store.lock:
+            self.catalog.namespace_id(spec.key.namespace)
+            old = self.catalog.find(spec.key.encode())
+            if spec.if_absent and old is not None:
+                raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
+        return old
+
+    def _check_fields(self, spec: PutSpec) -> None:
+        """The checks of a put that need neither the catalog nor the caller."""
         limit = self.store.config.limits.max_object_bytes
         if spec.size_bytes > limit:
             raise InvalidArgument(
@@ -188,17 +234,28 @@ class ObjectService:
             raise InvalidArgument("preferred_tier REMOTE is not available on this daemon")
         if spec.checksum is not None and spec.checksum[0] not in (CHECKSUM_XXH3_64, CHECKSUM_CRC32):
             raise InvalidArgument(f"unknown checksum algorithm {spec.checksum[0]}")
-        self.store.guard.authorize(spec.key.namespace, Role.WRITE)
-        with self.store.lock:
-            self.catalog.namespace_id(spec.key.namespace)
-            old = self.catalog.find(spec.key.encode())
-            if spec.if_absent and old is not None:
-                raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
-        return old
 
     def prepare(self, spec: PutSpec) -> Profile:
         """Validate an announced put; returns its resolved profile. Raises on bad input."""
         self.validate(spec)
+        return self._profile_of(spec)
+
+    def prepare_many(self, specs: Sequence[PutSpec]) -> list[Profile]:
+        """``prepare`` for a batch: the caller is authorized once per namespace and
+        the catalog is consulted under one hold of the lock."""
+        for spec in specs:
+            self._check_fields(spec)
+        for namespace in dict.fromkeys(spec.key.namespace for spec in specs):
+            self.store.guard.authorize(namespace, Role.WRITE)
+        index = self.catalog.index
+        with self.store.lock:
+            for spec in specs:
+                self.catalog.namespace_id(spec.key.namespace)
+                if spec.if_absent and index.find(spec.key.encode()) is not None:
+                    raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
+        return [self._profile_of(spec) for spec in specs]
+
+    def _profile_of(self, spec: PutSpec) -> Profile:
         profile = spec.profile.resolved(spec.key.kind)
         if profile.durability == Durability.DURABLE and not self.store.config.tiers.ssd.enabled:
             raise FailedPrecondition("DURABLE objects need the SSD tier, which is disabled")
@@ -304,6 +361,179 @@ class ObjectService:
             self.on_commit(meta)
         return meta
 
+    def commit_filled_many(self, puts: Sequence[FilledPut], path: str) -> list[ObjectMeta]:
+        """Commit a batch of filled reservations, each exactly as ``commit_filled``
+        would, as one unit: the guard admits each (namespace, session) group once,
+        every catalog change goes into ONE RocksDB write batch under ONE hold of the
+        store lock, and DURABLE puts are synced once. All or none: a refusal
+        anywhere (quota, ``if_absent``, a session's check) aborts the whole batch
+        and nothing stored changes. Consumes every reservation either way.
+
+        A batch naming one key twice is committed one object after another (the
+        later put replaces the earlier), as separate ``commit_filled`` calls."""
+        encoded = [p.spec.key.encode() for p in puts]
+        if len(set(encoded)) != len(encoded):
+            return self._commit_one_by_one(puts, path)
+        try:
+            admissions = self._admit_puts(puts, encoded)
+        except BaseException:
+            for p in puts:
+                self.abort(p.reservation)
+            raise
+        with contextlib.ExitStack() as held:
+            for ticket in admissions:
+                held.enter_context(ticket)
+            return self._commit_admitted(puts, encoded, path)
+
+    def _commit_one_by_one(self, puts: Sequence[FilledPut], path: str) -> list[ObjectMeta]:
+        metas: list[ObjectMeta] = []
+        for i, p in enumerate(puts):
+            try:
+                metas.append(
+                    self.commit_filled(p.spec, p.profile, p.reservation, p.checksum, path=path)
+                )
+            except BaseException:
+                for later in puts[i + 1 :]:
+                    self.abort(later.reservation)
+                raise
+        return metas
+
+    def _admit_puts(self, puts: Sequence[FilledPut], encoded: Sequence[bytes]) -> list[Ticket]:
+        """One guard admission per (namespace, session) group of a batch of puts."""
+        groups: dict[tuple[str, str], list[int]] = {}
+        index = self.catalog.index
+        with self.store.lock:
+            sizes = index.cols["size"]
+            for p, enc in zip(puts, encoded, strict=True):
+                row = index.find(enc)
+                g = groups.setdefault((p.spec.key.namespace, p.spec.session), [0, 0, 0])
+                g[0] += p.spec.size_bytes
+                g[1] += int(sizes[row]) if row is not None else 0
+                g[2] += 0 if row is not None else 1
+        tickets: list[Ticket] = []
+        try:
+            for (namespace, session), (put_bytes, replaced, new) in groups.items():
+                tickets.append(
+                    self.store.guard.admit(
+                        namespace,
+                        Role.WRITE,
+                        put_bytes=put_bytes,
+                        replaced_bytes=replaced,
+                        new_objects=new,
+                        session=session,
+                    )
+                )
+        except BaseException:
+            for ticket in tickets:
+                ticket.release()
+            raise
+        return tickets
+
+    def _commit_admitted(
+        self, puts: Sequence[FilledPut], encoded: Sequence[bytes], path: str
+    ) -> list[ObjectMeta]:
+        n = len(puts)
+        ssd_copies: list[SsdCopy | None] = [None] * n
+        locations: list[int | None] = [None] * n
+        memory = self.store.memory
+        try:
+            for i, p in enumerate(puts):
+                durable = p.profile.durability == Durability.DURABLE
+                if p.reservation.tier == Tier.SSD or durable:
+                    ssd_copies[i] = self._write_ssd(
+                        encoded[i], p.reservation.buffer, p.checksum, durable
+                    )
+            if any(c is not None for c in ssd_copies):
+                self.store.faults.point("put.after_ssd_write")
+            for i, p in enumerate(puts):
+                if p.reservation.tier in memory:
+                    locations[i] = memory[p.reservation.tier].commit(p.reservation)
+            metas, replaced_durable = self._commit_batch(puts, encoded, locations, ssd_copies)
+        except BaseException:
+            for i, p in enumerate(puts):
+                loc = locations[i]
+                if loc is not None:
+                    memory[p.reservation.tier].free(loc, p.reservation.size)
+                else:
+                    self.abort(p.reservation)
+                copy = ssd_copies[i]
+                if copy is not None:
+                    self.store.ssd.discard(encoded[i], copy)
+            raise
+        self.store.faults.point("put.after_commit")
+        if replaced_durable or any(p.profile.durability == Durability.DURABLE for p in puts):
+            self.sync()
+        for p, enc in zip(puts, encoded, strict=True):
+            self.placement.after_put(enc, p.profile)
+        self.store.metrics.data_bytes.labels(path, "in").inc(sum(p.spec.size_bytes for p in puts))
+        if self.on_commit is not None:
+            for meta in metas:
+                self.on_commit(meta)
+        return metas
+
+    def _commit_batch(
+        self,
+        puts: Sequence[FilledPut],
+        encoded: Sequence[bytes],
+        locations: Sequence[int | None],
+        ssd_copies: Sequence[SsdCopy | None],
+    ) -> tuple[list[ObjectMeta], bool]:
+        """``_commit`` of a whole batch: checks first, then one write batch."""
+        now_ms = int(time.time() * 1000)
+        store, catalog = self.store, self.catalog
+        metas: list[ObjectMeta] = []
+        for p, copy in zip(puts, ssd_copies, strict=True):
+            spec, profile = p.spec, p.profile
+            metas.append(
+                _new_meta(spec, profile, p.checksum, p.reservation.tier, copy is not None, now_ms)
+            )
+        replaced_durable = False
+        with store.lock:
+            olds: list[tuple[Entry | None, str, int]] = []
+            for p, enc in zip(puts, encoded, strict=True):
+                old = catalog.find(enc)
+                if old is not None and p.spec.if_absent:
+                    raise AlreadyExists(f"object {p.spec.key} exists (if_absent was set)")
+                old_rec = catalog.record(enc) if old is not None else None
+                old_session = old_rec.meta.session if old_rec is not None else ""
+                self.guard.check_put(p.spec, p.reservation.tier, old, old_session)
+                olds.append((old, old_session, old_rec.meta.version if old_rec else 0))
+            batch = catalog.rocks.batch()
+            for i, (old, old_session, old_version) in enumerate(olds):
+                copy = ssd_copies[i]
+                seg = copy.segment if copy is not None else SEG_NONE
+                if old is not None:
+                    metas[i].version = old_version + 1
+                    catalog.stage_removal(batch, encoded[i], old_session, old.expires_ms)
+                    if old.persisted:
+                        replaced_inline = old.seg == SEG_INLINE and seg == SEG_INLINE
+                        store.ssd.release(
+                            encoded[i], old.seg, old.size, None if replaced_inline else batch
+                        )
+                catalog.stage_record(
+                    batch, encoded[i], metas[i], seg, copy.offset if copy is not None else 0
+                )
+                if copy is not None:
+                    store.ssd.stage(copy, encoded[i], batch)
+            batch.commit(sync=False)
+            for i, (old, _session, _version) in enumerate(olds):
+                copy = ssd_copies[i]
+                loc = locations[i]
+                catalog.set_row(
+                    encoded[i],
+                    metas[i],
+                    tier=puts[i].reservation.tier,
+                    loc=loc if loc is not None else -1,
+                    seg=copy.segment if copy is not None else SEG_NONE,
+                    seg_off=copy.offset if copy is not None else 0,
+                )
+                if old is not None:
+                    replaced_durable = replaced_durable or old.durable
+                    store.damage.discard(encoded[i])
+                    if old.tier in store.memory:
+                        store.leases.free(old.tier, old.loc, old.size)
+        return metas, replaced_durable
+
     def sync(self) -> None:
         """Make committed DURABLE puts durable: sync the catalog WAL (group commit)."""
         if self.store.config.tiers.ssd.fsync:
@@ -340,6 +570,11 @@ class ObjectService:
     def first_tier(self, size: int, profile: Profile, kind: Kind) -> Tier | None:
         """The tier admission would try first for a new value (None: no tier can hold it)."""
         return self.placement.first_tier(size, profile, kind)
+
+    def reserve_many(self, wanted: Sequence[tuple[int, Profile, Kind]]) -> list[Reservation]:
+        """``reserve`` for each ``(size, profile, kind)`` of a batch, all or none
+        (``PlacementService.reserve_many``)."""
+        return self.placement.reserve_many(wanted)
 
     def reserve(
         self, size: int, profile: Profile, kind: Kind, only: Tier | None = None
@@ -422,20 +657,7 @@ class ObjectService:
         """Make the object visible; returns its metadata and whether it replaced a
         DURABLE object (whose removal must then be synced too)."""
         now_ms = int(time.time() * 1000)
-        meta = ObjectMeta(
-            key=spec.key,
-            size_bytes=spec.size_bytes,
-            checksum=checksum,
-            profile=profile,
-            tier=reservation.tier,
-            session=spec.session,
-            codec=spec.codec,
-            tensor=spec.tensor,
-            created_unix_ms=now_ms,
-            accessed_unix_ms=now_ms,
-            persisted=ssd_copy is not None,
-            expires_unix_ms=now_ms + profile.ttl_s * 1000 if profile.ttl_s else 0,
-        )
+        meta = _new_meta(spec, profile, checksum, reservation.tier, ssd_copy is not None, now_ms)
         seg = ssd_copy.segment if ssd_copy is not None else SEG_NONE
         seg_off = ssd_copy.offset if ssd_copy is not None else 0
         store, catalog = self.store, self.catalog
@@ -490,6 +712,74 @@ class ObjectService:
             raise
         reader.ticket = ticket
         return reader
+
+    def read_many(self, keys: Sequence[ObjectKey], caller: str = "") -> list[ObjectRead]:
+        """Open whole objects for reading, each exactly as ``read`` would, with one
+        guard admission per namespace (shared by its readers, ended by the last
+        ``release``) and one hold of the store lock for every object served from
+        memory; objects on SSD or in the remote tier are then read one by one.
+        All or none: on error every reader opened so far is released. The caller
+        must ``release()`` each reader."""
+        guard = self.store.guard
+        per_ns = Counter(k.namespace for k in keys)
+        admissions: dict[str, SharedAdmission] = {}
+        try:
+            for namespace, holders in per_ns.items():
+                admissions[namespace] = SharedAdmission(guard.admit(namespace, Role.READ), holders)
+        except BaseException:
+            for shared in admissions.values():
+                shared.end()
+            raise
+        readers: list[ObjectRead | None] = [None] * len(keys)
+        try:
+            self._read_resident(keys, caller, readers)
+            for i, key in enumerate(keys):
+                if readers[i] is None:
+                    readers[i] = self._read(key, 0, 0, caller)
+        except BaseException:
+            for reader in readers:
+                if reader is not None:
+                    reader.release()
+            for shared in admissions.values():
+                shared.end()
+            raise
+        out: list[ObjectRead] = []
+        for key, reader in zip(keys, readers, strict=True):
+            if reader is None:
+                raise InvariantViolation(f"read_many left {key} unopened")
+            reader.ticket = admissions[key.namespace]
+            out.append(reader)
+        return out
+
+    def _read_resident(
+        self, keys: Sequence[ObjectKey], caller: str, readers: list[ObjectRead | None]
+    ) -> None:
+        """Open the objects of ``keys`` served from a memory tier under one hold of
+        the lock (``readers[i]`` set for those; the rest are left None)."""
+        store, catalog, memory = self.store, self.catalog, self.store.memory
+        served: Counter[tuple[str, str]] = Counter()
+        with store.lock:
+            for i, key in enumerate(keys):
+                encoded = key.encode()
+                entry = catalog.find(encoded)
+                if entry is None or entry.tier not in memory:
+                    continue
+                meta = catalog.meta(encoded, entry)
+                if caller:
+                    self.guard.check_access(meta, caller, write=False)
+                catalog.touch(entry.row, encoded)
+                promotion = self.placement.take_promotion(encoded)
+                value = store.lease_memory(entry)
+                promote = (
+                    None if promotion is None else self._promoter(encoded, entry, value, promotion)
+                )
+                readers[i] = ObjectRead(
+                    meta, value.view[: meta.size_bytes], value, entry.tier, entry.loc, promote
+                )
+                served[(key.kind.name, entry.tier.name)] += 1
+        tiers = store.tier_names()
+        for (kind, tier), n in served.items():
+            store.metrics.count_read(kind, tier, tiers, n)
 
     def _read(self, key: ObjectKey, offset: int, length: int, caller: str) -> ObjectRead:
         encoded = key.encode()
@@ -654,6 +944,26 @@ class ObjectService:
         except (NotFound, PermissionDenied):
             return False
         return True
+
+
+def _new_meta(
+    spec: PutSpec, profile: Profile, checksum: int, tier: Tier, persisted: bool, now_ms: int
+) -> ObjectMeta:
+    """The metadata of a put being committed now (version 1 until it replaces one)."""
+    return ObjectMeta(
+        key=spec.key,
+        size_bytes=spec.size_bytes,
+        checksum=checksum,
+        profile=profile,
+        tier=tier,
+        session=spec.session,
+        codec=spec.codec,
+        tensor=spec.tensor,
+        created_unix_ms=now_ms,
+        accessed_unix_ms=now_ms,
+        persisted=persisted,
+        expires_unix_ms=now_ms + profile.ttl_s * 1000 if profile.ttl_s else 0,
+    )
 
 
 def _encode_token(encoded_key: bytes) -> str:

@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -272,6 +272,52 @@ class PlacementService:
                 if reservation is not None:
                     return reservation
         return None
+
+    def reserve_many(self, wanted: Sequence[tuple[int, Profile, Kind]]) -> list[Reservation]:
+        """``reserve`` for each ``(size, profile, kind)`` of a batch, all or none.
+
+        The tier states and the learned prior are read once per batch and the
+        planner is asked once per distinct (size, kind, profile); an object whose
+        first admitted tier is a memory tier with room right now is reserved there
+        directly. Anything else (making room, SSD, a full tier) goes through
+        ``reserve`` one by one, so the outcome is what ``reserve`` would choose
+        for the batch's first object."""
+        store = self.store
+        states = store.tier_states()
+        first: dict[tuple[object, ...], Tier | None] = {}
+        out: list[Reservation] = []
+        try:
+            for size, profile, kind in wanted:
+                k = (size, kind, profile.hint, profile.durability, profile.preferred_tier)
+                if k not in first:
+                    with store.lock:
+                        prior = self.catalog.learner.prior(int(kind), int(profile.hint))
+                    adm = self.planner.admit(
+                        size,
+                        int(kind),
+                        prior,
+                        profile.durability == Durability.DURABLE,
+                        states,
+                        int(profile.preferred_tier) if profile.preferred_tier is not None else None,
+                    )
+                    # DROP (received, then not kept) and the rest: ``reserve`` decides
+                    first[k] = Tier(adm[0].tier) if adm and adm[0].tier != DROP else None
+                tier = first[k]
+                reservation = None
+                if tier is not None and tier in store.memory:
+                    engine = store.memory[tier]
+                    reservation = engine.reserve(size)
+                    if reservation is not None and engine.used_bytes > states[int(tier)].high_bytes:
+                        self.wake.set()
+                if reservation is None:
+                    reservation = self.reserve(size, profile, kind)
+                out.append(reservation)
+        except BaseException:
+            for reservation in out:
+                if reservation.tier in store.memory:
+                    store.memory[reservation.tier].abort(reservation)
+            raise
+        return out
 
     def first_tier(self, size: int, profile: Profile, kind: Kind) -> Tier | None:
         """The tier admission would try first for a new object (None: none can hold

@@ -1,0 +1,202 @@
+"""The client's side of bulk sessions: connections to the bulk channel that
+authenticated once and then carry framed put/get requests without a gRPC call
+each (framing in ``tiermem.dataplane_wire``). Pooled per daemon address, one
+request at a time per connection.
+
+A daemon that does not offer sessions answers the opening NOT_FOUND: the pool
+remembers that address and raises ``SessionsUnsupported`` from then on, so the
+data plane goes back to tickets negotiated over gRPC.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from tiermem.client.errors import TiermemClientError, error_for
+from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, read_frame, recv_exact
+from tiermem.dataplane_wire import (
+    MAX_STATUS_BYTES,
+    OP_GET,
+    OP_PUT,
+    PIPELINED_PUT_MAX_BYTES,
+    SESSION_TICKET,
+    frame,
+    preamble,
+    request,
+)
+from tiermem.v1 import dataplane_pb2
+
+#: Largest get reply (metas and inline values of a batch) a client reads.
+MAX_TICKET_BYTES = 256 << 20
+
+
+class SessionsUnsupported(Exception):
+    """The daemon at this address does not offer bulk sessions."""
+
+
+class StaleSession(BulkBroken):
+    """A pooled session was found closed before the request reached the daemon
+    (it expired idle): nothing happened; retry on a new session."""
+
+
+class Session:
+    """One open session (a connection). Not thread-safe: one request at a time."""
+
+    def __init__(self, sock: socket.socket, reused: bool) -> None:
+        self.sock = sock
+        self.reused = reused
+        self.in_step = True  # False once a request failed mid-way: do not pool
+
+    def _ask(self, op: int, payload: bytes) -> dataplane_pb2.TransferStatus:
+        """Send a request and read the daemon's first answer; raises its refusal."""
+        self.in_step = False
+        try:
+            self.sock.sendall(request(op, payload))
+            status = _read_status(self.sock)
+        except (OSError, BulkBroken) as exc:
+            if self.reused:
+                raise StaleSession(f"pooled bulk session was closed: {exc}") from None
+            raise BulkBroken(f"bulk session broke: {exc}") from None
+        if status.code != "OK":
+            self.in_step = True
+            raise error_for(status.code, status.message)
+        return status
+
+    def put(
+        self,
+        request_msg: dataplane_pb2.BeginPutRequest,
+        views: Sequence[memoryview],
+        refusal: Callable[[TiermemClientError], BaseException],
+    ) -> dataplane_pb2.TransferStatus:
+        """Put the objects; returns the committed status. The daemon's refusal of
+        the request is raised as ``refusal(error)``; its error after the bytes
+        arrived (checksum, quota at commit) as is; BulkBroken: nothing stored.
+        Small puts (``PIPELINED_PUT_MAX_BYTES``) send the bytes with the request."""
+        if sum(len(v) for v in views) > PIPELINED_PUT_MAX_BYTES:
+            try:
+                self.begin_put(request_msg)
+            except TiermemClientError as exc:
+                raise refusal(exc) from exc
+            return self.send(views)
+        self.in_step = False
+        try:
+            self.sock.sendall(request(OP_PUT, request_msg.SerializeToString()))
+            for view in views:
+                if len(view):
+                    self.sock.sendall(view)
+            first = _read_status(self.sock)
+            if first.code != "OK":
+                self.in_step = True  # the daemon read and dropped the bytes
+                raise refusal(error_for(first.code, first.message))
+            final = _read_status(self.sock)
+        except (OSError, BulkBroken) as exc:
+            if self.reused:  # closed while pooled (nothing stored of a broken put)
+                raise StaleSession(f"pooled bulk session was closed: {exc}") from None
+            raise BulkBroken(f"bulk session put broke: {exc}") from None
+        self.in_step = True
+        if final.code != "OK":
+            raise error_for(final.code, final.message)
+        return final
+
+    def begin_put(self, request_msg: dataplane_pb2.BeginPutRequest) -> None:
+        """Ask to put; returns once the daemon reserved space for every object
+        (then ``send`` the bytes). Raises the daemon's refusal, or BulkBroken."""
+        self._ask(OP_PUT, request_msg.SerializeToString())
+
+    def send(self, views: Sequence[memoryview]) -> dataplane_pb2.TransferStatus:
+        """Every object's bytes, in request order; returns the committed status.
+        Raises the daemon's error, or BulkBroken (then nothing was stored)."""
+        try:
+            for view in views:
+                if len(view):
+                    self.sock.sendall(view)
+            status = _read_status(self.sock)
+        except (OSError, BulkBroken) as exc:
+            raise BulkBroken(f"bulk session put broke: {exc}") from None
+        self.in_step = True
+        if status.code != "OK":
+            raise error_for(status.code, status.message)
+        return status
+
+    def begin_get(self, request_msg: dataplane_pb2.BeginGetRequest) -> dataplane_pb2.Ticket:
+        """Ask to get; returns what a BeginGet ticket would say (metas, sizes,
+        inline values). The streamed objects' bytes follow: ``receive`` them."""
+        self._ask(OP_GET, request_msg.SerializeToString())
+        try:
+            body = read_frame(self.sock, MAX_TICKET_BYTES)
+        except (OSError, BulkBroken) as exc:
+            raise BulkBroken(f"bulk session get broke: {exc}") from None
+        ticket = dataplane_pb2.Ticket()
+        ticket.ParseFromString(body)
+        return ticket
+
+    def receive(self, outs: Sequence[memoryview]) -> None:
+        try:
+            for out in outs:
+                recv_exact(self.sock, out)
+        except (OSError, BulkBroken) as exc:
+            raise BulkBroken(f"bulk session get broke: {exc}") from None
+        self.in_step = True
+
+
+class SessionPool:
+    def __init__(
+        self,
+        credential: bytes,
+        acting: str,
+        io_timeout_s: float = 30.0,
+        socket_buffer_bytes: int = 4 << 20,
+        max_idle: int = 8,
+    ) -> None:
+        self._credential = credential
+        self._acting = acting.encode()
+        self._pool = IdleSockets(io_timeout_s, socket_buffer_bytes, max_idle)
+        self.close = self._pool.close
+        self._lock = threading.Lock()
+        self._unsupported: set[str] = set()
+
+    def _open(self, address: str) -> socket.socket:
+        try:
+            sock = self._pool.connect(address)
+        except OSError as exc:
+            raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
+        try:
+            sock.sendall(preamble(SESSION_TICKET, self._credential) + frame(self._acting))
+            status = _read_status(sock)
+        except (OSError, BulkBroken) as exc:
+            sock.close()
+            raise BulkBroken(f"bulk session to {address} failed: {exc}") from None
+        if status.code == "OK":
+            return sock
+        sock.close()
+        if status.code == "NOT_FOUND":
+            with self._lock:
+                self._unsupported.add(address)
+            raise SessionsUnsupported(address)
+        raise error_for(status.code, status.message)
+
+    @contextmanager
+    def session(self, address: str) -> Iterator[Session]:
+        """A session to ``address`` for one request (pooled afterwards if the
+        request ended in step). Raises SessionsUnsupported, BulkBroken."""
+        with self._lock:
+            if address in self._unsupported:
+                raise SessionsUnsupported(address)
+        sock = self._pool.take(address)
+        s = Session(sock, reused=True) if sock is not None else Session(self._open(address), False)
+        try:
+            yield s
+        finally:
+            if s.in_step:
+                self._pool.give_back(address, s.sock)
+            else:
+                s.sock.close()
+
+
+def _read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
+    msg = dataplane_pb2.TransferStatus()
+    msg.ParseFromString(read_frame(sock, MAX_STATUS_BYTES))
+    return msg

@@ -1,0 +1,226 @@
+"""Bulk sessions: requests on the bulk TCP channel without a gRPC call each.
+
+A client authenticates once when it opens the session (its credential, as
+for gRPC) and then sends framed BeginPut/BeginGet requests followed by (put)
+or followed by the daemon's reply and (get) the raw bytes; framing in
+``tiermem.dataplane_wire``. Each request runs exactly the checks and the code
+of its gRPC twin: the same authorization of every namespace it names
+(``authorize_request``), then ``BulkTransfers.begin_put`` / ``begin_get``
+(validation, guard admission, quotas, acting session) and the same
+``receive`` / ``send`` that ticketed transfers use. The ticket is issued and
+claimed within the session by the same principal, so the ticket table's
+bounds, budget and reaping hold as for gRPC-negotiated transfers.
+
+A session is bound to the credentials that opened it: every request runs as
+that principal. It is closed when idle for ``dataplane.bulk.idle_timeout_s``,
+when a request is malformed (an INVALID_ARGUMENT status first), and when a
+transfer breaks; a refused request (quota, missing object, ...) leaves it open.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from typing import Any
+
+from google.protobuf.message import DecodeError
+
+from tiermem.dataplane_wire import (
+    LENGTH,
+    MAX_ACTING_BYTES,
+    MAX_REQUEST_BYTES,
+    OP_GET,
+    OP_PUT,
+    PIPELINED_PUT_MAX_BYTES,
+    REQUEST,
+    frame,
+)
+from tiermem.server.api.access import Authenticator
+from tiermem.server.api.convert import put_spec
+from tiermem.server.api.dataplane import ticket_message
+from tiermem.server.api.namespaces import authorize_request
+from tiermem.server.config import Config
+from tiermem.server.dataplane.bulk import Closed, recv_exact, status
+from tiermem.server.dataplane.identity import principal_of
+from tiermem.server.dataplane.transfers import BulkTransfers, TransferBroken
+from tiermem.server.errors import InvalidArgument, TiermemError, Unauthenticated
+from tiermem.server.metrics import Metrics
+from tiermem.server.model import validate_session
+from tiermem.server.protoconv import key_from_proto
+from tiermem.server.services.guard import Guard, Principal, current_deadline, current_principal
+from tiermem.v1 import dataplane_pb2
+
+log = logging.getLogger(__name__)
+
+_METHOD = "/tiermem.v1.DataPlaneService/"
+
+
+class BulkSessions:
+    """Serves sessions on connections the bulk server hands over (``serve``)."""
+
+    def __init__(
+        self, transfers: BulkTransfers, guard: Guard, config: Config, metrics: Metrics
+    ) -> None:
+        self._transfers = transfers
+        self._guard = guard
+        self._auth = Authenticator(config.security)
+        self._bulk = config.dataplane.bulk
+        self._max_request_s = config.limits.max_request_s
+        self._metrics = metrics
+
+    def serve(self, conn: socket.socket, credential: bytes, host: str) -> bool:
+        """Run a session on ``conn`` until it ends; False: close the connection."""
+        try:
+            principal = self._auth.principal(
+                [("authorization", credential.decode(errors="replace"))] if credential else []
+            )
+        except Unauthenticated as exc:
+            self._metrics.auth_failures.labels("token").inc()
+            conn.sendall(status(exc.code, exc.message))
+            return False
+        try:
+            acting = self._read_acting(conn)
+        except TiermemError as exc:
+            conn.sendall(status(exc.code, exc.message))
+            return False
+        owner = principal_of(credential, host)
+        conn.sendall(status("OK", ""))
+        self._metrics.bulk_sessions.inc()
+        while True:
+            conn.settimeout(self._bulk.idle_timeout_s)
+            try:
+                head = recv_exact(conn, REQUEST.size, between_transfers=True)
+            except (Closed, TimeoutError):
+                return False  # the client left, or the session expired idle
+            conn.settimeout(self._bulk.io_timeout_s)
+            op, length = REQUEST.unpack(head)
+            if op not in (OP_PUT, OP_GET) or length > MAX_REQUEST_BYTES:
+                self._malformed(
+                    conn,
+                    f"session request with op {op} and {length} bytes: ops are {OP_PUT} (put) "
+                    f"and {OP_GET} (get), at most {MAX_REQUEST_BYTES} bytes; session closed",
+                )
+                return False
+            payload = recv_exact(conn, length)
+            msg: Any = (
+                dataplane_pb2.BeginPutRequest()
+                if op == OP_PUT
+                else (dataplane_pb2.BeginGetRequest())
+            )
+            try:
+                msg.ParseFromString(payload)
+            except DecodeError:
+                self._malformed(
+                    conn, f"session request payload is not a {type(msg).__name__}; session closed"
+                )
+                return False
+            if not self._request(conn, principal, owner, acting, op, msg):
+                return False
+
+    def _read_acting(self, conn: socket.socket) -> str:
+        (length,) = LENGTH.unpack(recv_exact(conn, LENGTH.size))
+        if length > MAX_ACTING_BYTES:
+            raise InvalidArgument(
+                f"session opening names an acting session of {length} bytes "
+                f"(at most {MAX_ACTING_BYTES})"
+            )
+        try:
+            acting = recv_exact(conn, length).decode()
+        except UnicodeDecodeError:
+            raise InvalidArgument("the acting session name is not UTF-8") from None
+        validate_session(acting)
+        return acting
+
+    def _malformed(self, conn: socket.socket, message: str) -> None:
+        self._metrics.bulk_transfers.labels("-", "refused").inc()
+        conn.sendall(status("INVALID_ARGUMENT", message))
+
+    def _request(
+        self,
+        conn: socket.socket,
+        principal: Principal,
+        owner: str,
+        acting: str,
+        op: int,
+        msg: Any,
+    ) -> bool:
+        """One request, run as ``principal``; False when the session must end."""
+        p_token = current_principal.set(principal)
+        d_token = current_deadline.set(time.monotonic() + self._max_request_s)
+        try:
+            if op == OP_PUT:
+                return self._put(conn, owner, acting, msg)
+            return self._get(conn, owner, acting, msg)
+        finally:
+            current_principal.reset(p_token)
+            current_deadline.reset(d_token)
+
+    def _put(
+        self, conn: socket.socket, owner: str, acting: str, msg: dataplane_pb2.BeginPutRequest
+    ) -> bool:
+        transfers = self._transfers
+        try:
+            authorize_request(self._guard, _METHOD + "BeginPut", msg)
+            issued = transfers.begin_put(owner, [put_spec(h, acting) for h in msg.objects])
+            ticket = transfers.claim(issued.ticket_id, owner)
+        except TiermemError as exc:
+            self._metrics.bulk_transfers.labels("put", "refused").inc()
+            conn.sendall(status(exc.code, exc.message))
+            announced = sum(int(h.size_bytes) for h in msg.objects)
+            return announced > PIPELINED_PUT_MAX_BYTES or _drop(conn, announced)
+        conn.sendall(status("OK", ""))
+        try:
+            metas = transfers.receive(ticket, conn)
+        except (TransferBroken, OSError) as exc:
+            self._metrics.bulk_transfers.labels("put", "broken").inc()
+            log.warning("bulk session put broken, nothing stored: %s", exc)
+            return False
+        except TiermemError as exc:
+            self._metrics.bulk_transfers.labels("put", "failed").inc()
+            conn.sendall(status(exc.code, exc.message))
+            return True
+        self._metrics.bulk_transfers.labels("put", "ok").inc()
+        conn.sendall(status("OK", "", metas))
+        return True
+
+    def _get(
+        self, conn: socket.socket, owner: str, acting: str, msg: dataplane_pb2.BeginGetRequest
+    ) -> bool:
+        transfers = self._transfers
+        try:
+            authorize_request(self._guard, _METHOD + "BeginGet", msg)
+            keys = [key_from_proto(k) for k in msg.keys]
+            issued = transfers.begin_get(owner, keys, int(msg.inline_max_bytes), acting)
+            ticket = transfers.claim(issued.ticket_id, owner)
+        except TiermemError as exc:
+            self._metrics.bulk_transfers.labels("get", "refused").inc()
+            conn.sendall(status(exc.code, exc.message))
+            return True
+        try:
+            reply = ticket_message(ticket, "").SerializeToString()
+            conn.sendall(status("OK", "") + frame(reply))
+            transfers.send(ticket, conn)
+        except OSError:
+            self._metrics.bulk_transfers.labels("get", "broken").inc()
+            return False
+        finally:
+            ticket.end()  # idempotent: ``send`` ends it too
+        self._metrics.bulk_transfers.labels("get", "ok").inc()
+        return True
+
+
+def _drop(conn: socket.socket, nbytes: int) -> bool:
+    """Read and discard the ``nbytes`` that follow a refused pipelined put;
+    False if the connection ended first (the session is over)."""
+    scratch = memoryview(bytearray(min(nbytes, 1 << 20) or 1))
+    left = nbytes
+    try:
+        while left:
+            got = conn.recv_into(scratch, min(left, len(scratch)))
+            if got == 0:
+                return False
+            left -= got
+    except OSError:
+        return False
+    return True
