@@ -11,8 +11,9 @@ data-plane lease, and the bulk channel sends it straight from the arena.
 Admission (``wants``): the blob service counts reads per content with the
 placement access model (a decayed rate, the same estimate the catalog keeps
 per object). After ``cache_min_reads`` reads, a content of a cacheable size
-is copied in when the planner's admission rule — ``Planner.admit`` for a CACHE
-object of kind BLOB at that rate — puts it in DRAM; room is made only by
+is copied in when the planner's admission rule — ``Planner.admit`` for a BLOB
+at that rate, asked as for a DURABLE object since the payload stays on SSD
+and the copy is an extra one — puts it in DRAM; room is made only by
 moving out residents worth less per byte (``PlacementService.make_room`` with
 the newcomer's density), never by pushing out hotter data. A copy the planner
 demoted to SSD is worth nothing (the payload is on SSD already): it is deleted
@@ -106,8 +107,12 @@ class HotCache:
             return None
         if size < self._config.cache_min_bytes or size > self.max_bytes:
             return None
+        # The payload stays on SSD: the DRAM copy is an extra copy of durable data,
+        # so admission is asked as for a DURABLE object (floor SSD; the copy must
+        # pay back its memory write within the horizon), not as a droppable CACHE
+        # object whose floor would be a miss.
         admissions = self._placement.planner.admit(
-            size, int(Kind.BLOB), rate, False, self._store.tier_states()
+            size, int(Kind.BLOB), rate, True, self._store.tier_states()
         )
         if not admissions or admissions[0].tier != int(Tier.DRAM):
             return None
@@ -126,7 +131,10 @@ class HotCache:
         reservation = engine.reserve(size)
         if reservation is None:
             return False
-        profile = Profile(durability=Durability.CACHE).resolved(Kind.BLOB)
+        # preferred DRAM: admission (``wants``) already chose DRAM at the measured
+        # read rate; without it the put's own admission (a COLD blob's learned
+        # prior) would drop the copy right after its commit
+        profile = Profile(durability=Durability.CACHE, preferred_tier=Tier.DRAM).resolved(Kind.BLOB)
         spec = PutSpec(cache_key(namespace, sha256), size, profile)
         try:
             copy_into(reservation.buffer)
