@@ -29,12 +29,21 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from tiermem.placement import CostModel, Objects, Plan, Planner, PlannerConfig, TierCost
+from tiermem.placement import (
+    Admission,
+    CostModel,
+    Objects,
+    Plan,
+    Planner,
+    PlannerConfig,
+    TierCost,
+    TierState,
+)
 from tiermem.placement.cost import DEFAULT_KIND_COSTS, CostReport, cost_report
 from tiermem.placement.model import DROP
 from tiermem.server.catalog.catalog import Entry
@@ -200,13 +209,13 @@ class PlacementService:
         return rate
 
     # -- admission --------------------------------------------------------------------
-    def reserve(self, size: int, profile: Profile, kind: Kind) -> Reservation:
-        """Space for a new object in the tier the planner admits it to."""
-        store = self.store
-        states = store.tier_states()
-        with store.lock:
+    def _admit(
+        self, size: int, profile: Profile, kind: Kind, states: Mapping[int, TierState]
+    ) -> list[Admission]:
+        """``Planner.admit`` for a new object of ``profile`` at its class's learned rate."""
+        with self.store.lock:
             prior = self.catalog.learner.prior(int(kind), int(profile.hint))
-        admissions = self.planner.admit(
+        return self.planner.admit(
             size,
             int(kind),
             prior,
@@ -214,6 +223,12 @@ class PlacementService:
             states,
             int(profile.preferred_tier) if profile.preferred_tier is not None else None,
         )
+
+    def reserve(self, size: int, profile: Profile, kind: Kind) -> Reservation:
+        """Space for a new object in the tier the planner admits it to."""
+        store = self.store
+        states = store.tier_states()
+        admissions = self._admit(size, profile, kind, states)
         for adm in admissions:
             if adm.tier == DROP:
                 reservation = self._receive_buffer(size)
@@ -290,16 +305,7 @@ class PlacementService:
             for size, profile, kind in wanted:
                 k = (size, kind, profile.hint, profile.durability, profile.preferred_tier)
                 if k not in first:
-                    with store.lock:
-                        prior = self.catalog.learner.prior(int(kind), int(profile.hint))
-                    adm = self.planner.admit(
-                        size,
-                        int(kind),
-                        prior,
-                        profile.durability == Durability.DURABLE,
-                        states,
-                        int(profile.preferred_tier) if profile.preferred_tier is not None else None,
-                    )
+                    adm = self._admit(size, profile, kind, states)
                     # DROP (received, then not kept) and the rest: ``reserve`` decides
                     first[k] = Tier(adm[0].tier) if adm and adm[0].tier != DROP else None
                 tier = first[k]
@@ -322,17 +328,7 @@ class PlacementService:
     def first_tier(self, size: int, profile: Profile, kind: Kind) -> Tier | None:
         """The tier admission would try first for a new object (None: none can hold
         it). A put admission will not keep is received in DRAM (then dropped)."""
-        states = self.store.tier_states()
-        with self.store.lock:
-            prior = self.catalog.learner.prior(int(kind), int(profile.hint))
-        admissions = self.planner.admit(
-            size,
-            int(kind),
-            prior,
-            profile.durability == Durability.DURABLE,
-            states,
-            int(profile.preferred_tier) if profile.preferred_tier is not None else None,
-        )
+        admissions = self._admit(size, profile, kind, self.store.tier_states())
         if not admissions:
             return None
         if admissions[0].tier == DROP:
@@ -379,16 +375,8 @@ class PlacementService:
     def keeps(self, entry: Entry, profile: Profile) -> bool:
         """Whether admission, asked now, keeps a new CACHE object: its first
         choice (``Planner.admit``, the put's preferred tier included) is not DROP."""
-        with self.store.lock:
-            prior = self.catalog.learner.prior(int(entry.kind), int(profile.hint))
-        admissions = self.planner.admit(
-            entry.size,
-            int(entry.kind),
-            prior,
-            False,
-            self.store.tier_states(),
-            int(profile.preferred_tier) if profile.preferred_tier is not None else None,
-        )
+        cache = dataclasses.replace(profile, durability=Durability.CACHE)
+        admissions = self._admit(entry.size, cache, entry.kind, self.store.tier_states())
         return not admissions or admissions[0].tier != DROP
 
     def _set_deadline(self, row: int, when_s: float) -> None:
