@@ -48,6 +48,7 @@ from tiermem.client.errors import (
     UnavailableError,
 )
 from tiermem.client.fastpath.bulk import BulkBroken, BulkPool
+from tiermem.client.fastpath.copy import copy_bytes
 from tiermem.client.fastpath.session import (
     Session,
     SessionPool,
@@ -792,11 +793,8 @@ class DataPlane:
 def _copy_in(dst: np.ndarray[Any, Any], src: memoryview, deadline: float) -> None:
     """Copy ``src`` into a leased arena region, never past the lease's deadline."""
     source = np.frombuffer(src, dtype=np.uint8)
-    for start in range(0, len(source), COPY_CHUNK_BYTES):
-        if time.monotonic() >= deadline:
-            raise _Fallback()
-        end = start + COPY_CHUNK_BYTES
-        np.copyto(dst[start:end], source[start:end])
+    if not copy_bytes(dst[: len(source)], source, COPY_CHUNK_BYTES, deadline):
+        raise _Fallback()
 
 
 def _copy_out(src: memoryview, out: memoryview | None) -> memoryview:
@@ -806,7 +804,9 @@ def _copy_out(src: memoryview, out: memoryview | None) -> memoryview:
     if len(out) < len(src):
         raise ValueError(f"output buffer holds {len(out)} bytes; the value has {len(src)}")
     target = out[: len(src)]
-    np.copyto(np.frombuffer(target, dtype=np.uint8), np.frombuffer(src, dtype=np.uint8))
+    copy_bytes(
+        np.frombuffer(target, dtype=np.uint8), np.frombuffer(src, dtype=np.uint8), COPY_CHUNK_BYTES
+    )
     return target
 
 
