@@ -606,10 +606,14 @@ class KvClient:
             request = kv_pb2.LookupPrefixRequest(
                 scope=self._scope(scope), chunk_hashes=_hashes(chunk_hashes)
             )
-        reply = self.transport.call(
-            lambda t: self._stub.LookupPrefix(request, timeout=t, metadata=self._metadata),
-            timeout_s,
-        )
+        plane = self.dataplane
+        # a bulk session carries it without a gRPC call (~0.15 ms against ~0.6 ms here)
+        reply = plane.lookup_prefix(request, timeout_s) if plane is not None else None
+        if reply is None:
+            reply = self.transport.call(
+                lambda t: self._stub.LookupPrefix(request, timeout=t, metadata=self._metadata),
+                timeout_s,
+            )
         return PrefixHit(reply.stored_chunks, _tiers_of(reply.tiers))
 
     def prefetch(

@@ -32,7 +32,7 @@ from tiermem.server.api.bulk_session import BulkSessions
 from tiermem.server.api.dataplane import DataPlaneServicer
 from tiermem.server.api.integrity import IntegrityServicer
 from tiermem.server.api.interceptor import ServerInterceptor
-from tiermem.server.api.kv import KvServicer
+from tiermem.server.api.kv import KvServicer, lookup_prefix_reply
 from tiermem.server.api.listeners import bind_unix_socket, server_credentials
 from tiermem.server.api.objects import ObjectServicer
 from tiermem.server.api.placement import PlacementServicer
@@ -204,9 +204,15 @@ class Daemon:
         store = self.store
         self.metrics.leases_active.set_function(lambda: store.leases.active)
         self.dataplane = DataPlane(self.objects, cfg, self.metrics)
-        self.dataplane.serve_sessions(
-            BulkSessions(self.dataplane.transfers, self.store.guard, cfg, self.metrics).serve
+        kv = self.kv
+        sessions = BulkSessions(
+            self.dataplane.transfers,
+            self.store.guard,
+            cfg,
+            self.metrics,
+            lookup=lambda request: lookup_prefix_reply(kv, request),
         )
+        self.dataplane.serve_sessions(sessions.serve)
         if self.remote is not None:
             self.dataplane.fill_from(self.remote.fill)
             self.dataplane.shm.remote = self.remote

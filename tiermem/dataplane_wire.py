@@ -26,8 +26,9 @@ followed by a frame naming the session the caller acts as (may be empty)::
     ── PREAMBLE(SESSION_TICKET, credential), FRAME(acting session) ──▶
                                              ◀── STATUS: "OK" = session open
     then any number of requests, one at a time:
-    ── REQUEST: op u8 (1 put, 2 get), 3 zero bytes, length u32,   ──▶
-       serialized BeginPutRequest / BeginGetRequest
+    ── REQUEST: op u8 (1 put, 2 get, 3 lookup), 3 zero bytes,     ──▶
+       length u32, serialized BeginPutRequest / BeginGetRequest /
+       kv LookupPrefixRequest
     put:                                     ◀── STATUS: "OK" = send, or refused
          ── raw bytes of every object, in request order ──▶
                                              ◀── STATUS: committed metas, or the error
@@ -38,6 +39,8 @@ followed by a frame naming the session the caller acts as (may be empty)::
                                              ◀── FRAME: serialized Ticket (metas,
                                                  sizes, inline values)
                                              ◀── raw bytes of every streamed object
+    lookup:                                  ◀── STATUS: "OK", or refused
+                                             ◀── FRAME: serialized LookupPrefixResponse
 
 Every request is checked as its gRPC twin (credentials, namespace roles,
 quotas, acting session). A refused request leaves the session open; a
@@ -69,6 +72,7 @@ SESSION_TICKET = bytes(TICKET_ID_BYTES)
 REQUEST = struct.Struct("<B3xI")
 OP_PUT = 1
 OP_GET = 2
+OP_LOOKUP = 3
 #: Largest request payload (a BeginPut/BeginGet message) a daemon reads.
 MAX_REQUEST_BYTES = 16 << 20
 #: Longest acting-session name in a session's opening frame.

@@ -44,6 +44,7 @@ from tiermem.client._transport import Transport
 from tiermem.client.errors import (
     CapacityError,
     FailedPreconditionError,
+    InvalidArgumentError,
     TiermemClientError,
     UnavailableError,
 )
@@ -59,7 +60,7 @@ from tiermem.client.fastpath.shm import Arena, ArenaMismatch
 from tiermem.client.sessions import SESSION_METADATA
 from tiermem.client.types import Kind, ObjectInfo, Profile
 from tiermem.dataplane_wire import VERSION, host_id
-from tiermem.v1 import dataplane_pb2, dataplane_pb2_grpc, object_pb2, object_pb2_grpc
+from tiermem.v1 import dataplane_pb2, dataplane_pb2_grpc, kv_pb2, object_pb2, object_pb2_grpc
 
 T = TypeVar("T")
 
@@ -171,6 +172,7 @@ class DataPlane:
         self._bulk = BulkPool(token.encode())
         acting = dict(transport.metadata).get(SESSION_METADATA, "")
         self._sessions = SessionPool(token.encode(), acting)
+        self._session_lookups = True
         self._lock = threading.Lock()
         self._offer: _Offer | None = None
         self._bulk_down_until = 0.0
@@ -506,6 +508,29 @@ class DataPlane:
             raise _Fallback() from None
         self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
         return [_wire.info(m) for m in status.metas]
+
+    def lookup_prefix(
+        self, request: kv_pb2.LookupPrefixRequest, timeout_s: float | None = None
+    ) -> kv_pb2.LookupPrefixResponse | None:
+        """KvService.LookupPrefix over a bulk session (no gRPC call: a framed
+        request on a pooled connection); None when no session can carry it (the
+        caller then uses gRPC). The daemon's refusals are raised as over gRPC."""
+        if not self._session_lookups:
+            return None
+        offer = self.offer(timeout_s)
+        if "bulk" not in offer.paths or not offer.bulk_address or not self._bulk_usable():
+            return None
+        try:
+            return self._via_session(
+                self._reachable(offer.bulk_address), lambda s: s.lookup(request)
+            )
+        except _Fallback:
+            return None
+        except InvalidArgumentError as exc:
+            if not exc.message.startswith("session request with op"):
+                raise
+            self._session_lookups = False  # a daemon whose sessions carry no lookups
+            return None
 
     def _via_session(self, address: str, request: Callable[[Session], T]) -> T | None:
         """Run ``request`` on a bulk session to ``address``; None when the daemon

@@ -20,6 +20,7 @@ from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, read_frame, re
 from tiermem.dataplane_wire import (
     MAX_STATUS_BYTES,
     OP_GET,
+    OP_LOOKUP,
     OP_PUT,
     PIPELINED_PUT_MAX_BYTES,
     SESSION_TICKET,
@@ -27,7 +28,7 @@ from tiermem.dataplane_wire import (
     preamble,
     request,
 )
-from tiermem.v1 import dataplane_pb2
+from tiermem.v1 import dataplane_pb2, kv_pb2
 
 #: Largest get reply (metas and inline values of a batch) a client reads.
 MAX_TICKET_BYTES = 256 << 20
@@ -132,6 +133,18 @@ class Session:
         ticket = dataplane_pb2.Ticket()
         ticket.ParseFromString(body)
         return ticket
+
+    def lookup(self, request_msg: kv_pb2.LookupPrefixRequest) -> kv_pb2.LookupPrefixResponse:
+        """KvService.LookupPrefix on the session; raises the daemon's refusal."""
+        self._ask(OP_LOOKUP, request_msg.SerializeToString())
+        try:
+            body = read_frame(self.sock, MAX_TICKET_BYTES)
+        except (OSError, BulkBroken) as exc:
+            raise BulkBroken(f"bulk session lookup broke: {exc}") from None
+        reply = kv_pb2.LookupPrefixResponse()
+        reply.ParseFromString(body)
+        self.in_step = True
+        return reply
 
     def receive(self, outs: Sequence[memoryview]) -> None:
         try:

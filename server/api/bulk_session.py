@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from google.protobuf.message import DecodeError
@@ -31,6 +32,7 @@ from tiermem.dataplane_wire import (
     MAX_ACTING_BYTES,
     MAX_REQUEST_BYTES,
     OP_GET,
+    OP_LOOKUP,
     OP_PUT,
     PIPELINED_PUT_MAX_BYTES,
     REQUEST,
@@ -44,24 +46,37 @@ from tiermem.server.config import Config
 from tiermem.server.dataplane.bulk import Closed, recv_exact, status
 from tiermem.server.dataplane.identity import principal_of
 from tiermem.server.dataplane.transfers import BulkTransfers, TransferBroken
-from tiermem.server.errors import InvalidArgument, TiermemError, Unauthenticated
+from tiermem.server.errors import (
+    InvalidArgument,
+    InvariantViolation,
+    TiermemError,
+    Unauthenticated,
+)
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import validate_session
 from tiermem.server.protoconv import key_from_proto
 from tiermem.server.services.guard import Guard, Principal, current_deadline, current_principal
-from tiermem.v1 import dataplane_pb2
+from tiermem.v1 import dataplane_pb2, kv_pb2
 
 log = logging.getLogger(__name__)
 
 _METHOD = "/tiermem.v1.DataPlaneService/"
+_KV_LOOKUP = "/tiermem.v1.KvService/LookupPrefix"
 
 
 class BulkSessions:
     """Serves sessions on connections the bulk server hands over (``serve``)."""
 
     def __init__(
-        self, transfers: BulkTransfers, guard: Guard, config: Config, metrics: Metrics
+        self,
+        transfers: BulkTransfers,
+        guard: Guard,
+        config: Config,
+        metrics: Metrics,
+        lookup: Callable[[kv_pb2.LookupPrefixRequest], kv_pb2.LookupPrefixResponse] | None = None,
     ) -> None:
+        """``lookup``: KvService.LookupPrefix (the lookup op; None: not offered)."""
+        self._lookup_prefix = lookup
         self._transfers = transfers
         self._guard = guard
         self._auth = Authenticator(config.security)
@@ -95,19 +110,21 @@ class BulkSessions:
                 return False  # the client left, or the session expired idle
             conn.settimeout(self._bulk.io_timeout_s)
             op, length = REQUEST.unpack(head)
-            if op not in (OP_PUT, OP_GET) or length > MAX_REQUEST_BYTES:
+            ops = (OP_PUT, OP_GET, OP_LOOKUP) if self._lookup_prefix else (OP_PUT, OP_GET)
+            if op not in ops or length > MAX_REQUEST_BYTES:
                 self._malformed(
                     conn,
-                    f"session request with op {op} and {length} bytes: ops are {OP_PUT} (put) "
-                    f"and {OP_GET} (get), at most {MAX_REQUEST_BYTES} bytes; session closed",
+                    f"session request with op {op} and {length} bytes: ops are {OP_PUT} (put), "
+                    f"{OP_GET} (get) and {OP_LOOKUP} (KV prefix lookup), at most "
+                    f"{MAX_REQUEST_BYTES} bytes; session closed",
                 )
                 return False
             payload = recv_exact(conn, length)
-            msg: Any = (
-                dataplane_pb2.BeginPutRequest()
-                if op == OP_PUT
-                else (dataplane_pb2.BeginGetRequest())
-            )
+            msg: Any = {
+                OP_PUT: dataplane_pb2.BeginPutRequest,
+                OP_GET: dataplane_pb2.BeginGetRequest,
+                OP_LOOKUP: kv_pb2.LookupPrefixRequest,
+            }[op]()
             try:
                 msg.ParseFromString(payload)
             except DecodeError:
@@ -151,6 +168,8 @@ class BulkSessions:
         try:
             if op == OP_PUT:
                 return self._put(conn, owner, acting, msg)
+            if op == OP_LOOKUP:
+                return self._lookup(conn, msg)
             return self._get(conn, owner, acting, msg)
         finally:
             current_principal.reset(p_token)
@@ -208,6 +227,30 @@ class BulkSessions:
             ticket.end()  # idempotent: ``send`` ends it too
         self._metrics.bulk_transfers.labels("get", "ok").inc()
         return True
+
+    def _lookup(self, conn: socket.socket, msg: kv_pb2.LookupPrefixRequest) -> bool:
+        """KvService.LookupPrefix without a gRPC call: the same authorization
+        and code; a refusal leaves the session open."""
+        if self._lookup_prefix is None:
+            raise InvariantViolation("a lookup op reached a session without lookups")
+        started = time.perf_counter()
+        try:
+            authorize_request(self._guard, _KV_LOOKUP, msg)
+            reply = self._lookup_prefix(msg)
+        except TiermemError as exc:
+            self._record_lookup(exc.code, started)
+            conn.sendall(status(exc.code, exc.message))
+            return True
+        self._record_lookup("OK", started)
+        conn.sendall(status("OK", "") + frame(reply.SerializeToString()))
+        return True
+
+    def _record_lookup(self, code: str, started: float) -> None:
+        # counted with the gRPC method's own requests (same name, same labels)
+        self._metrics.requests.labels("KvService/LookupPrefix", code).inc()
+        self._metrics.request_seconds.labels("KvService/LookupPrefix", code).observe(
+            time.perf_counter() - started
+        )
 
 
 def _drop(conn: socket.socket, nbytes: int) -> bool:

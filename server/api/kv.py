@@ -45,6 +45,19 @@ def _chunks(requests: Iterator[kv_pb2.PutBlocksRequest]) -> Iterator[bytes]:
         yield msg.chunk
 
 
+def lookup_prefix_reply(
+    kv: KvService, request: kv_pb2.LookupPrefixRequest
+) -> kv_pb2.LookupPrefixResponse:
+    """LookupPrefix, for the gRPC method and the bulk session's lookup op alike."""
+    hashes: Sequence[bytes] = request.chunk_hashes
+    if request.packed_hashes or request.hash_width:
+        if request.chunk_hashes:
+            raise InvalidArgument("set either chunk_hashes or packed_hashes, not both")
+        hashes = PackedHashes(request.packed_hashes, request.hash_width)
+    hit = kv.lookup_prefix(scope_from_proto(request.scope), hashes)
+    return kv_pb2.LookupPrefixResponse(stored_chunks=hit.stored_chunks, tiers=hit.tiers)
+
+
 class KvServicer(kv_pb2_grpc.KvServiceServicer):
     def __init__(self, kv: KvService, chunk_bytes: int) -> None:
         self._kv = kv
@@ -116,16 +129,7 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
     def LookupPrefix(
         self, request: kv_pb2.LookupPrefixRequest, context: grpc.ServicerContext
     ) -> kv_pb2.LookupPrefixResponse:
-        hashes: Sequence[bytes] = request.chunk_hashes
-        if request.packed_hashes or request.hash_width:
-            if request.chunk_hashes:
-                raise InvalidArgument("set either chunk_hashes or packed_hashes, not both")
-            hashes = PackedHashes(request.packed_hashes, request.hash_width)
-        hit = self._kv.lookup_prefix(scope_from_proto(request.scope), hashes)
-        return kv_pb2.LookupPrefixResponse(
-            stored_chunks=hit.stored_chunks,
-            tiers=hit.tiers,
-        )
+        return lookup_prefix_reply(self._kv, request)
 
     def Prefetch(
         self, request: kv_pb2.PrefetchBlocksRequest, context: grpc.ServicerContext
