@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from google.protobuf.message import Message
+
 from tiermem.client.errors import TiermemClientError, error_for
 from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, read_frame, recv_exact
 from tiermem.dataplane_wire import (
@@ -122,27 +124,25 @@ class Session:
             raise error_for(status.code, status.message)
         return status
 
+    def _answer(self, op: int, request_msg: Message, what: str) -> bytes:
+        """Send a request answered by STATUS "OK" and one frame; the frame's bytes."""
+        self._ask(op, request_msg.SerializeToString())
+        try:
+            return read_frame(self.sock, MAX_TICKET_BYTES)
+        except (OSError, BulkBroken) as exc:
+            raise BulkBroken(f"bulk session {what} broke: {exc}") from None
+
     def begin_get(self, request_msg: dataplane_pb2.BeginGetRequest) -> dataplane_pb2.Ticket:
         """Ask to get; returns what a BeginGet ticket would say (metas, sizes,
         inline values). The streamed objects' bytes follow: ``receive`` them."""
-        self._ask(OP_GET, request_msg.SerializeToString())
-        try:
-            body = read_frame(self.sock, MAX_TICKET_BYTES)
-        except (OSError, BulkBroken) as exc:
-            raise BulkBroken(f"bulk session get broke: {exc}") from None
         ticket = dataplane_pb2.Ticket()
-        ticket.ParseFromString(body)
+        ticket.ParseFromString(self._answer(OP_GET, request_msg, "get"))
         return ticket
 
     def lookup(self, request_msg: kv_pb2.LookupPrefixRequest) -> kv_pb2.LookupPrefixResponse:
         """KvService.LookupPrefix on the session; raises the daemon's refusal."""
-        self._ask(OP_LOOKUP, request_msg.SerializeToString())
-        try:
-            body = read_frame(self.sock, MAX_TICKET_BYTES)
-        except (OSError, BulkBroken) as exc:
-            raise BulkBroken(f"bulk session lookup broke: {exc}") from None
         reply = kv_pb2.LookupPrefixResponse()
-        reply.ParseFromString(body)
+        reply.ParseFromString(self._answer(OP_LOOKUP, request_msg, "lookup"))
         self.in_step = True
         return reply
 
