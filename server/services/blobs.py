@@ -932,9 +932,7 @@ class BlobService:
         if (
             streamed
             and "file" in paths
-            and self.config.local_file_reads
-            and isinstance(self.payloads, FilePayloads)
-            and content.store != rec_pb.ContentRecord.INLINE
+            and self._file_readable(content)
             and self.cache.tier(record.namespace, bytes(record.sha256)) != Tier.DRAM
         ):
             plan.grant = StreamGrant()  # the Download names the payload file (any length)
@@ -1053,12 +1051,13 @@ class BlobService:
         record = self._find(namespace, key, caller)
         plan = self._plan(record, offset, length)
         cached = None
+        content = self._content(record)
         if plan.range.aligned_length:
-            cached = self._cached(record, self._content(record))
+            cached = self._cached(record, content)
         inline_max = int(self.config.inline_max_bytes)
         if (
             "file" in paths
-            and self.config.local_file_reads
+            and self._file_readable(content)
             and cached is None
             and plan.range.aligned_length > inline_max
         ):
@@ -1088,13 +1087,18 @@ class BlobService:
 
         return plan, stream()
 
+    def _file_readable(self, content: rec_pb.ContentRecord) -> bool:
+        """Whether a local client may read this content's payload file itself."""
+        return (
+            self.config.local_file_reads
+            and isinstance(self.payloads, FilePayloads)
+            and content.store != rec_pb.ContentRecord.INLINE
+        )
+
     def _local_file(self, record: rec_pb.BlobRecord) -> LocalFile | None:
-        """The payload file of a blob kept in the ``files`` store, for a client on
-        this host to read itself (it checks every block); None for other stores."""
+        """The payload file of a content ``_file_readable`` says a client on this
+        host may read itself (it checks every block); None if it is gone."""
         if not isinstance(self.payloads, FilePayloads):
-            return None
-        content = self._content(record)
-        if content.store == rec_pb.ContentRecord.INLINE:
             return None
         path = self.payloads.path(bytes(record.sha256))
         try:
