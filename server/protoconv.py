@@ -6,6 +6,8 @@ wire ``ObjectMeta``.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from tiermem.server.model import (
     AccessHint,
     Durability,
@@ -18,6 +20,8 @@ from tiermem.server.model import (
     Tier,
 )
 from tiermem.v1 import common_pb2 as pb
+
+_E = TypeVar("_E")
 
 
 def key_to_proto(key: ObjectKey) -> pb.ObjectKey:
@@ -42,25 +46,35 @@ def profile_to_proto(p: Profile) -> pb.Profile:
     )
 
 
+#: Enum members by wire value: a dict lookup costs a fraction of ``Enum(value)``,
+#: and these conversions run once per object of every read.
+_HINTS = {int(m): m for m in AccessHint}
+_PRECISIONS = {int(m): m for m in Precision}
+_DURABILITIES = {int(m): m for m in Durability}
+_TIERS = {int(m): m for m in Tier}
+_KINDS = {int(m): m for m in Kind}
+
+
+def _member(members: dict[int, _E], value: int, field: str) -> _E:
+    try:
+        return members[value]
+    except KeyError:
+        from tiermem.server.errors import InvalidArgument
+
+        raise InvalidArgument(f"profile.{field}: unknown value {value}") from None
+
+
 def profile_from_proto(msg: pb.Profile) -> Profile:
-    from tiermem.server.errors import InvalidArgument
-
-    def enum(cls: type, value: int, field: str) -> object:
-        try:
-            return cls(value)
-        except ValueError:
-            raise InvalidArgument(f"profile.{field}: unknown value {value}") from None
-
-    tier = int(msg.preferred_tier)
+    tier = msg.preferred_tier
     return Profile(
-        hint=enum(AccessHint, int(msg.hint), "hint"),  # type: ignore[arg-type]
-        ttl_s=int(msg.ttl_s),
-        next_access_unix_ms=int(msg.next_access_unix_ms),
-        precision=enum(Precision, int(msg.precision), "precision"),  # type: ignore[arg-type]
-        lossy_max_error=float(msg.lossy_max_error),
-        durability=enum(Durability, int(msg.durability), "durability"),  # type: ignore[arg-type]
-        pin=bool(msg.pin),
-        preferred_tier=enum(Tier, tier, "preferred_tier") if tier else None,  # type: ignore[arg-type]
+        hint=_member(_HINTS, msg.hint, "hint"),
+        ttl_s=msg.ttl_s,
+        next_access_unix_ms=msg.next_access_unix_ms,
+        precision=_member(_PRECISIONS, msg.precision, "precision"),
+        lossy_max_error=msg.lossy_max_error,
+        durability=_member(_DURABILITIES, msg.durability, "durability"),
+        pin=msg.pin,
+        preferred_tier=_member(_TIERS, tier, "preferred_tier") if tier else None,
     )
 
 
@@ -99,18 +113,19 @@ def meta_to_proto(m: ObjectMeta) -> pb.ObjectMeta:
 
 def meta_from_proto(msg: pb.ObjectMeta) -> ObjectMeta:
     """Trusted conversion (records written by this daemon)."""
+    key = msg.key
     return ObjectMeta(
-        key=ObjectKey(msg.key.namespace, Kind(msg.key.kind), msg.key.key),
-        size_bytes=int(msg.size_bytes),
-        checksum=int(msg.checksum.value),
+        key=ObjectKey(key.namespace, _KINDS[key.kind], key.key),
+        size_bytes=msg.size_bytes,
+        checksum=msg.checksum.value,
         profile=profile_from_proto(msg.profile),
-        tier=Tier(msg.tier) if msg.tier else Tier.SSD,
+        tier=_TIERS[msg.tier] if msg.tier else Tier.SSD,
         session=msg.session,
         codec=msg.codec,
         tensor=tensor_from_proto(msg.tensor if msg.HasField("tensor") else None),
-        created_unix_ms=int(msg.created_unix_ms),
-        accessed_unix_ms=int(msg.accessed_unix_ms),
-        persisted=bool(msg.persisted),
-        version=int(msg.version),
-        expires_unix_ms=int(msg.expires_unix_ms),
+        created_unix_ms=msg.created_unix_ms,
+        accessed_unix_ms=msg.accessed_unix_ms,
+        persisted=msg.persisted,
+        version=msg.version,
+        expires_unix_ms=msg.expires_unix_ms,
     )

@@ -26,7 +26,8 @@ followed by a frame naming the session the caller acts as (may be empty)::
     ── PREAMBLE(SESSION_TICKET, credential), FRAME(acting session) ──▶
                                              ◀── STATUS: "OK" = session open
     then any number of requests, one at a time:
-    ── REQUEST: op u8 (1 put, 2 get, 3 lookup), 3 zero bytes,     ──▶
+    ── REQUEST: op u8 (1 put, 2 get, 3 lookup), flags u8, 2 zero  ──▶
+       bytes,
        length u32, serialized BeginPutRequest / BeginGetRequest /
        kv LookupPrefixRequest
     put:                                     ◀── STATUS: "OK" = send, or refused
@@ -34,7 +35,9 @@ followed by a frame naming the session the caller acts as (may be empty)::
                                              ◀── STATUS: committed metas, or the error
          (a put announcing at most PIPELINED_PUT_MAX_BYTES sends its bytes right
          after the request, without waiting for the first STATUS; the daemon
-         reads and drops them when it refuses the request)
+         reads and drops them when it refuses the request. With the flag
+         FLAG_ACCEPT_WITH_RESULT the daemon may send the "OK" right before the
+         final STATUS, in the same reply; either way the client reads both)
     get:                                     ◀── STATUS: "OK", or refused
                                              ◀── FRAME: serialized Ticket (metas,
                                                  sizes, inline values)
@@ -54,7 +57,9 @@ from __future__ import annotations
 import hashlib
 import socket
 import struct
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 MAGIC = b"TMB1"
 VERSION = 1
@@ -69,7 +74,7 @@ LENGTH = struct.Struct("<I")
 #: The ticket id a preamble presents to open a session instead of one transfer.
 SESSION_TICKET = bytes(TICKET_ID_BYTES)
 #: A session request's header: op, 3 reserved zero bytes, payload length.
-REQUEST = struct.Struct("<B3xI")
+REQUEST = struct.Struct("<BBxxI")
 OP_PUT = 1
 OP_GET = 2
 OP_LOOKUP = 3
@@ -80,6 +85,10 @@ MAX_ACTING_BYTES = 1024
 #: A session put announcing at most this many bytes in all is followed by its
 #: bytes at once (one round trip instead of two); larger puts wait for "OK".
 PIPELINED_PUT_MAX_BYTES = 4 << 20
+#: Request flag of a pipelined put: the client reads the daemon's acceptance and
+#: its final status together, so the daemon may hold the "OK" back and send both
+#: in one reply (daemons that predate the flag ignore it and answer at once).
+FLAG_ACCEPT_WITH_RESULT = 1
 
 
 def preamble(ticket_id: bytes, credential: bytes) -> bytes:
@@ -108,8 +117,37 @@ def host_id() -> str:
     return hashlib.sha256(f"{boot}|{socket.gethostname()}".encode()).hexdigest()[:32]
 
 
-def request(op: int, payload: bytes) -> bytes:
+def request(op: int, payload: bytes, flags: int = 0) -> bytes:
     """A session request frame around a serialized BeginPut/BeginGet request."""
     if len(payload) > MAX_REQUEST_BYTES:
         raise ValueError(f"a request of {len(payload)} bytes exceeds {MAX_REQUEST_BYTES}")
-    return REQUEST.pack(op, len(payload)) + payload
+    return REQUEST.pack(op, flags, len(payload)) + payload
+
+
+#: Most buffers handed to one ``sendmsg`` (Linux takes up to IOV_MAX = 1024).
+SENDMSG_MAX_PARTS = 512
+
+
+def send_parts(channel: Any, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+    """Write ``parts`` back to back, gathered by ``sendmsg`` where the channel has
+    it: a request or reply and the values after it leave in one system call, so
+    the peer is woken once rather than once per part (on a busy host each
+    wake-up can cost a scheduling delay). Otherwise ``sendall`` each part."""
+    sendmsg = getattr(channel, "sendmsg", None)
+    if sendmsg is None:
+        for part in parts:
+            if len(part):
+                channel.sendall(part)
+        return
+    pending = [view for view in (memoryview(p).cast("B") for p in parts) if view.nbytes]
+    first = 0
+    while first < len(pending):
+        sent = sendmsg(pending[first : first + SENDMSG_MAX_PARTS])
+        while sent:  # a partial send: skip the parts that left, resume mid-part
+            size = pending[first].nbytes
+            if sent >= size:
+                sent -= size
+                first += 1
+            else:
+                pending[first] = pending[first][sent:]
+                sent = 0

@@ -20,6 +20,7 @@ from google.protobuf.message import Message
 from tiermem.client.errors import TiermemClientError, error_for
 from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, read_frame, recv_exact
 from tiermem.dataplane_wire import (
+    FLAG_ACCEPT_WITH_RESULT,
     MAX_STATUS_BYTES,
     OP_GET,
     OP_LOOKUP,
@@ -29,6 +30,7 @@ from tiermem.dataplane_wire import (
     frame,
     preamble,
     request,
+    send_parts,
 )
 from tiermem.v1 import dataplane_pb2, kv_pb2
 
@@ -86,10 +88,8 @@ class Session:
             return self.send(views)
         self.in_step = False
         try:
-            self.sock.sendall(request(OP_PUT, request_msg.SerializeToString()))
-            for view in views:
-                if len(view):
-                    self.sock.sendall(view)
+            head = request(OP_PUT, request_msg.SerializeToString(), FLAG_ACCEPT_WITH_RESULT)
+            send_parts(self.sock, [head, *views])
             first = _read_status(self.sock)
             if first.code != "OK":
                 self.in_step = True  # the daemon read and dropped the bytes

@@ -28,6 +28,7 @@ from typing import Any
 from google.protobuf.message import DecodeError
 
 from tiermem.dataplane_wire import (
+    FLAG_ACCEPT_WITH_RESULT,
     LENGTH,
     MAX_ACTING_BYTES,
     MAX_REQUEST_BYTES,
@@ -109,7 +110,7 @@ class BulkSessions:
             except (Closed, TimeoutError):
                 return False  # the client left, or the session expired idle
             conn.settimeout(self._bulk.io_timeout_s)
-            op, length = REQUEST.unpack(head)
+            op, flags, length = REQUEST.unpack(head)
             ops = (OP_PUT, OP_GET, OP_LOOKUP) if self._lookup_prefix else (OP_PUT, OP_GET)
             if op not in ops or length > MAX_REQUEST_BYTES:
                 self._malformed(
@@ -132,7 +133,7 @@ class BulkSessions:
                     conn, f"session request payload is not a {type(msg).__name__}; session closed"
                 )
                 return False
-            if not self._request(conn, principal, owner, acting, op, msg):
+            if not self._request(conn, principal, owner, acting, op, flags, msg):
                 return False
 
     def _read_acting(self, conn: socket.socket) -> str:
@@ -160,6 +161,7 @@ class BulkSessions:
         owner: str,
         acting: str,
         op: int,
+        flags: int,
         msg: Any,
     ) -> bool:
         """One request, run as ``principal``; False when the session must end."""
@@ -167,7 +169,7 @@ class BulkSessions:
         d_token = current_deadline.set(time.monotonic() + self._max_request_s)
         try:
             if op == OP_PUT:
-                return self._put(conn, owner, acting, msg)
+                return self._put(conn, owner, acting, msg, flags)
             if op == OP_LOOKUP:
                 return self._lookup(conn, msg)
             return self._get(conn, owner, acting, msg)
@@ -176,9 +178,15 @@ class BulkSessions:
             current_deadline.reset(d_token)
 
     def _put(
-        self, conn: socket.socket, owner: str, acting: str, msg: dataplane_pb2.BeginPutRequest
+        self,
+        conn: socket.socket,
+        owner: str,
+        acting: str,
+        msg: dataplane_pb2.BeginPutRequest,
+        flags: int,
     ) -> bool:
         transfers = self._transfers
+        announced = sum(int(h.size_bytes) for h in msg.objects)
         try:
             authorize_request(self._guard, _METHOD + "BeginPut", msg)
             issued = transfers.begin_put(owner, [put_spec(h, acting) for h in msg.objects])
@@ -186,9 +194,14 @@ class BulkSessions:
         except TiermemError as exc:
             self._metrics.bulk_transfers.labels("put", "refused").inc()
             conn.sendall(status(exc.code, exc.message))
-            announced = sum(int(h.size_bytes) for h in msg.objects)
             return announced > PIPELINED_PUT_MAX_BYTES or _drop(conn, announced)
-        conn.sendall(status("OK", ""))
+        # A pipelined put's bytes follow its request unasked: when its client
+        # says it reads both statuses together, the "OK" goes out with the final
+        # one (one reply, one wake-up of the client); a larger put waits for it.
+        accepted = status("OK", "")
+        if announced > PIPELINED_PUT_MAX_BYTES or not flags & FLAG_ACCEPT_WITH_RESULT:
+            conn.sendall(accepted)
+            accepted = b""
         try:
             metas = transfers.receive(ticket, conn)
         except (TransferBroken, OSError) as exc:
@@ -197,10 +210,10 @@ class BulkSessions:
             return False
         except TiermemError as exc:
             self._metrics.bulk_transfers.labels("put", "failed").inc()
-            conn.sendall(status(exc.code, exc.message))
+            conn.sendall(accepted + status(exc.code, exc.message))
             return True
         self._metrics.bulk_transfers.labels("put", "ok").inc()
-        conn.sendall(status("OK", "", metas))
+        conn.sendall(accepted + status("OK", "", metas))
         return True
 
     def _get(
@@ -218,8 +231,7 @@ class BulkSessions:
             return True
         try:
             reply = ticket_message(ticket, "").SerializeToString()
-            conn.sendall(status("OK", "") + frame(reply))
-            transfers.send(ticket, conn)
+            transfers.send(ticket, conn, header=status("OK", "") + frame(reply))
         except OSError:
             self._metrics.bulk_transfers.labels("get", "broken").inc()
             return False

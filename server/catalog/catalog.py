@@ -42,8 +42,12 @@ from tiermem.server.errors import NotFound
 from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Tier, validate_namespace
 from tiermem.server.protoconv import meta_from_proto
 from tiermem.server.storage.rocks import Batch, RocksStore
+from tiermem.v1 import common_pb2 as pb
 
 _EXPIRY = struct.Struct(">Q")
+#: members by value (a dict lookup is several times cheaper than ``Kind(value)``)
+_KINDS = {int(m): m for m in Kind}
+_TIERS = {int(m): m for m in Tier}
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +187,8 @@ class Catalog:
         c = self.index.cols
         return Entry(
             row=row,
-            kind=Kind(int(c["kind"][row])),
-            tier=Tier(int(c["tier"][row])),
+            kind=_KINDS[int(c["kind"][row])],
+            tier=_TIERS[int(c["tier"][row])],
             size=int(c["size"][row]),
             loc=int(c["loc"][row]),
             seg=int(c["seg"][row]),
@@ -328,10 +332,21 @@ class Catalog:
 
     def meta(self, encoded_key: bytes, entry: Entry) -> ObjectMeta:
         """Full metadata: the record plus live placement from the index."""
+        return self.meta_and_wire(encoded_key, entry)[0]
+
+    def meta_and_wire(self, encoded_key: bytes, entry: Entry) -> tuple[ObjectMeta, pb.ObjectMeta]:
+        """``meta`` and the same metadata as its wire message (the record's own,
+        with the live fields set), so replies need not convert it back."""
         rec = self.record(encoded_key)
         if rec is None:
             raise NotFound(f"object {ObjectKey.decode(encoded_key)} not found")
-        return self.meta_from_record(rec, entry)
+        meta = self.meta_from_record(rec, entry)
+        wire = rec.meta
+        wire.tier = meta.tier  # type: ignore[assignment]
+        wire.persisted = meta.persisted
+        wire.profile.pin = meta.profile.pin
+        wire.accessed_unix_ms = meta.accessed_unix_ms
+        return meta, wire
 
     def meta_from_record(self, rec: StoredRecord, entry: Entry) -> ObjectMeta:
         meta = meta_from_proto(rec.meta)

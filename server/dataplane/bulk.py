@@ -177,9 +177,8 @@ class BulkServer:
         if ticket.stream is not None:
             return self._stream(conn, ticket)
         if op == "get":
-            conn.sendall(status("OK", ""))
             try:
-                self._transfers.send(ticket, conn)
+                self._transfers.send(ticket, conn, header=status("OK", ""))
             except OSError:
                 self._metrics.bulk_transfers.labels(op, "broken").inc()
                 raise

@@ -35,7 +35,7 @@ from typing import Literal, Protocol
 
 import xxhash
 
-from tiermem.dataplane_wire import TICKET_ID_BYTES
+from tiermem.dataplane_wire import TICKET_ID_BYTES, send_parts
 from tiermem.server.config import DataPlaneConfig
 from tiermem.server.dataplane.limits import ByteBudget, check_batch
 from tiermem.server.errors import (
@@ -49,6 +49,7 @@ from tiermem.server.metrics import Metrics
 from tiermem.server.model import ObjectKey, ObjectMeta, Profile
 from tiermem.server.services.objects import FilledPut, ObjectRead, ObjectService, PutSpec
 from tiermem.server.tiers.base import Reservation
+from tiermem.v1 import common_pb2 as pb
 
 #: Received bytes are hashed in windows of this size, right after they land
 #: (while still in cache): one memoryview slice per window, no copies.
@@ -79,6 +80,7 @@ class GetItem:
     meta: ObjectMeta
     reader: ObjectRead | None  # None when inline
     inline: bytes | None
+    wire: pb.ObjectMeta | None = None  # ``meta`` as a message, when the read had it
 
 
 #: Ticket operations: object puts and gets, and streams of another service.
@@ -309,7 +311,9 @@ class BulkTransfers:
                 size = reader.meta.size_bytes
                 if size <= inline_max:
                     try:
-                        ticket.gets.append(GetItem(reader.meta, None, bytes(reader.view)))
+                        ticket.gets.append(
+                            GetItem(reader.meta, None, bytes(reader.view), reader.wire)
+                        )
                     finally:
                         reader.release()
                     continue
@@ -318,7 +322,7 @@ class BulkTransfers:
                 except BaseException:
                     reader.release()
                     raise
-                ticket.gets.append(GetItem(reader.meta, reader, None))
+                ticket.gets.append(GetItem(reader.meta, reader, None, reader.wire))
                 ticket.held_bytes += size
             self.tickets.issue(ticket)
         except BaseException:
@@ -336,17 +340,16 @@ class BulkTransfers:
         self._budget.give(ticket.held_bytes)
         ticket.held_bytes = 0
 
-    def send(self, ticket: Ticket, channel: Channel) -> int:
-        """Write every streamed object's bytes, in ticket order; returns bytes sent.
-        The read leases end when this returns or fails."""
+    def send(self, ticket: Ticket, channel: Channel, header: bytes = b"") -> int:
+        """Write ``header`` and then every streamed object's bytes, in ticket order,
+        gathered into as few system calls as possible; returns the objects' bytes
+        sent. The read leases end when this returns or fails."""
         if ticket.op != "get":
             raise FailedPrecondition("this ticket is for a put, not a get")
-        sent = 0
         try:
-            for item in ticket.gets:
-                if item.reader is not None:
-                    channel.sendall(item.reader.view)
-                    sent += len(item.reader.view)
+            views = [item.reader.view for item in ticket.gets if item.reader is not None]
+            send_parts(channel, [header, *views])
+            sent = sum(view.nbytes for view in views)
         finally:
             ticket.end()
         self._metrics.data_bytes.labels("bulk", "out").inc(sent)

@@ -56,6 +56,7 @@ from tiermem.server.services.placement import PlacementService, Promotion
 from tiermem.server.services.store import Store, ValueRead
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.ssd import SsdCopy
+from tiermem.v1 import common_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,9 @@ class ObjectRead:
     #: the guard's admission of this read (in-flight limits), ended by ``release``
     #: (a share of one admission when the read was opened by ``read_many``)
     ticket: Ticket | SharedAdmission | None = None
+    #: ``meta`` as its wire message when the reader had it at hand (replies
+    #: reuse it instead of converting ``meta``); not to be modified
+    wire: pb.ObjectMeta | None = None
 
     def release(self) -> None:
         try:
@@ -463,8 +467,7 @@ class ObjectService:
         self.store.faults.point("put.after_commit")
         if replaced_durable or any(p.profile.durability == Durability.DURABLE for p in puts):
             self.sync()
-        for p, enc in zip(puts, encoded, strict=True):
-            self.placement.after_put(enc, p.profile)
+        self.placement.after_puts([(enc, p.profile) for p, enc in zip(puts, encoded, strict=True)])
         self.store.metrics.data_bytes.labels(path, "in").inc(sum(p.spec.size_bytes for p in puts))
         if self.on_commit is not None:
             for meta in metas:
@@ -764,7 +767,7 @@ class ObjectService:
                 entry = catalog.find(encoded)
                 if entry is None or entry.tier not in memory:
                     continue
-                meta = catalog.meta(encoded, entry)
+                meta, wire = catalog.meta_and_wire(encoded, entry)
                 if caller:
                     self.guard.check_access(meta, caller, write=False)
                 catalog.touch(entry.row, encoded)
@@ -774,7 +777,13 @@ class ObjectService:
                     None if promotion is None else self._promoter(encoded, entry, value, promotion)
                 )
                 readers[i] = ObjectRead(
-                    meta, value.view[: meta.size_bytes], value, entry.tier, entry.loc, promote
+                    meta,
+                    value.view[: meta.size_bytes],
+                    value,
+                    entry.tier,
+                    entry.loc,
+                    promote,
+                    wire=wire,
                 )
                 served[(key.kind.name, entry.tier.name)] += 1
         tiers = store.tier_names()

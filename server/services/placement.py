@@ -132,6 +132,11 @@ class PlacementService:
         self.last_plan_seconds = 0.0
         self.deadlines: OrderedDict[int, float] = OrderedDict()
         self.promotions: OrderedDict[bytes, Promotion] = OrderedDict()
+        # objects on this tier or a faster one have nowhere to be promoted to
+        # (the memory engines are fixed at start): reads skip the planner
+        self._top_tier = min(
+            (int(t) for t in store.memory if store.tier_config(t)[0]), default=int(Tier.SSD) + 1
+        )
         self.catalog.on_access = self._on_access
 
     def _quotas_locked(self) -> dict[tuple[int, int], int]:
@@ -356,27 +361,48 @@ class PlacementService:
         """After a put committed: remember its next-access deadline
         (``profile.next_access_unix_ms``), or drop it at once if it is a CACHE
         object admission does not keep (see ``keeps``)."""
-        if profile.next_access_unix_ms:
-            with self.store.lock:
-                row = self.catalog.index.find(encoded)
-                if row is not None:
-                    self._set_deadline(row, profile.next_access_unix_ms / 1000)
-            return
-        if profile.durability == Durability.DURABLE or profile.pin:
-            return
-        with self.store.lock:
-            entry = self.catalog.find(encoded)
-        if entry is None or entry.tier not in self.store.memory or self.keeps(entry, profile):
-            return
-        # the bytes were received in free memory (``_receive_buffer``); they go now
-        if self.mover.evict(encoded, entry.tier, recompute=True, only_from=True) > 0:
-            self.store.metrics.placement_admission_drops.labels(entry.kind.name).inc()
+        self.after_puts([(encoded, profile)])
 
-    def keeps(self, entry: Entry, profile: Profile) -> bool:
-        """Whether admission, asked now, keeps a new CACHE object: its first
-        choice (``Planner.admit``, the put's preferred tier included) is not DROP."""
+    def after_puts(self, puts: Sequence[tuple[bytes, Profile]]) -> None:
+        """``after_put`` for each (key, profile) of a committed batch, with the
+        tier states read once and admission asked once per distinct (size, kind,
+        profile), as ``reserve_many`` does."""
+        states: Mapping[int, TierState] | None = None
+        kept: dict[tuple[object, ...], bool] = {}
+        for encoded, profile in puts:
+            if profile.next_access_unix_ms:
+                with self.store.lock:
+                    row = self.catalog.index.find(encoded)
+                    if row is not None:
+                        self._set_deadline(row, profile.next_access_unix_ms / 1000)
+                continue
+            if profile.durability == Durability.DURABLE or profile.pin:
+                continue
+            with self.store.lock:
+                entry = self.catalog.find(encoded)
+            if entry is None or entry.tier not in self.store.memory:
+                continue
+            k = (entry.size, entry.kind, profile.hint, profile.preferred_tier)
+            if k not in kept:
+                if states is None:
+                    states = self.store.tier_states()
+                kept[k] = self.keeps(entry, profile, states)
+            if kept[k]:
+                continue
+            # the bytes were received in free memory (``_receive_buffer``); they go now
+            if self.mover.evict(encoded, entry.tier, recompute=True, only_from=True) > 0:
+                self.store.metrics.placement_admission_drops.labels(entry.kind.name).inc()
+
+    def keeps(
+        self, entry: Entry, profile: Profile, states: Mapping[int, TierState] | None = None
+    ) -> bool:
+        """Whether admission, asked now (or on ``states``), keeps a new CACHE
+        object: its first choice (``Planner.admit``, the put's preferred tier
+        included) is not DROP."""
         cache = dataclasses.replace(profile, durability=Durability.CACHE)
-        admissions = self._admit(entry.size, cache, entry.kind, self.store.tier_states())
+        if states is None:
+            states = self.store.tier_states()
+        admissions = self._admit(entry.size, cache, entry.kind, states)
         return not admissions or admissions[0].tier != DROP
 
     def _set_deadline(self, row: int, when_s: float) -> None:
@@ -467,7 +493,7 @@ class PlacementService:
     def _promotion_for(self, row: int, now: float) -> Promotion | None:
         c = self.catalog.index.cols
         tier = int(c["tier"][row])
-        if tier == int(Tier.HBM) or int(c["flags"][row]) & FLAG_PINNED:
+        if tier <= self._top_tier or int(c["flags"][row]) & FLAG_PINNED:
             return None
         adm = self.planner.promotion_target(
             int(c["size"][row]),

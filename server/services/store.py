@@ -7,6 +7,7 @@ and index mutations; it is never held across network I/O or large copies.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -93,6 +94,11 @@ class Store:
         cfg = {Tier.HBM: t.hbm, Tier.DRAM: t.dram, Tier.SSD: t.ssd, Tier.REMOTE: t.remote}[tier]
         return cfg.enabled, cfg.high_watermark, cfg.low_watermark
 
+    @functools.cached_property
+    def _tier_configs(self) -> dict[Tier, tuple[bool, float, float]]:
+        """``tier_config`` of every tier (the config does not change while running)."""
+        return {tier: self.tier_config(tier) for tier in Tier}
+
     def engines(self) -> list[tuple[Tier, TierEngine]]:
         """Every enabled engine, fastest tier first."""
         out: list[tuple[Tier, TierEngine]] = [*self.memory.items(), (Tier.SSD, self.ssd)]
@@ -106,8 +112,9 @@ class Store:
 
     def tier_states(self) -> dict[int, TierState]:
         out: dict[int, TierState] = {}
+        configs = self._tier_configs
         for tier, engine in self.engines():
-            enabled, high, low = self.tier_config(tier)
+            enabled, high, low = configs[tier]
             if tier == Tier.REMOTE and self.remote is not None:
                 enabled = enabled and self.remote.available()  # not while its breaker is open
             out[int(tier)] = TierState(
