@@ -793,13 +793,15 @@ class ObjectService:
     def _read(self, key: ObjectKey, offset: int, length: int, caller: str) -> ObjectRead:
         encoded = key.encode()
         metas: list[ObjectMeta] = []
+        wires: list[pb.ObjectMeta] = []
         promotions: list[Promotion] = []
 
         def found(entry: Entry) -> None:
-            meta = self.catalog.meta(encoded, entry)
+            meta, wire = self.catalog.meta_and_wire(encoded, entry)
             if caller:
                 self.guard.check_access(meta, caller, write=False)
             metas.append(meta)
+            wires.append(wire)
             self.catalog.touch(entry.row, encoded)
             # claimed under the same hold of the lock (one acquisition per read)
             promotion = self.placement.take_promotion(encoded)
@@ -823,7 +825,9 @@ class ObjectService:
         location = entry.loc if entry.tier in self.store.memory else -1
         promotion = promotions[-1] if promotions else None
         promote = None if promotion is None else self._promoter(encoded, entry, value, promotion)
-        return ObjectRead(meta, value.view[offset:end], value, entry.tier, location, promote)
+        return ObjectRead(
+            meta, value.view[offset:end], value, entry.tier, location, promote, wire=wires[-1]
+        )
 
     def _promoter(
         self, encoded: bytes, entry: Entry, value: ValueRead, promotion: Promotion

@@ -16,7 +16,15 @@ import pytest
 from tests.integration.dataplane.helpers import MiB, header, key, read_status, wait_for
 from tiermem.client import Client, Kind, NotFoundError, TiermemClientError
 from tiermem.client.fastpath import ObjectRef, PutItem
-from tiermem.dataplane_wire import OP_GET, OP_PUT, SESSION_TICKET, frame, preamble, request
+from tiermem.dataplane_wire import (
+    FLAG_ACCEPT_WITH_RESULT,
+    OP_GET,
+    OP_PUT,
+    SESSION_TICKET,
+    frame,
+    preamble,
+    request,
+)
 from tiermem.server.app import Daemon
 from tiermem.v1 import dataplane_pb2
 
@@ -198,3 +206,42 @@ def test_a_refused_put_leaves_the_session_in_step(
     )
     assert [bytes(f.data) for f in got] == [old, new]
     assert sessions_opened(daemon) == 1
+
+
+def test_a_pipelined_put_flagged_so_gets_its_acceptance_with_its_result(daemon: Daemon) -> None:
+    """With FLAG_ACCEPT_WITH_RESULT the daemon holds a pipelined put's "OK" back
+    until the bytes are committed and sends both statuses in one reply; without
+    the flag (older clients) the "OK" comes at once, before any byte is sent."""
+    sock, opened = open_session(daemon)
+    assert opened.code == "OK"
+    value = b"\x07" * (300 << 10)
+    with sock:
+        sock.sendall(
+            request(
+                OP_PUT,
+                dataplane_pb2.BeginPutRequest(
+                    objects=[header("flagged", len(value))]
+                ).SerializeToString(),
+                FLAG_ACCEPT_WITH_RESULT,
+            )
+        )
+        sock.settimeout(0.5)
+        with pytest.raises(TimeoutError):  # nothing before the bytes arrived
+            sock.recv(1)
+        sock.settimeout(10)
+        sock.sendall(value)
+        accepted, final = read_status(sock), read_status(sock)
+        assert accepted.code == "OK" and not accepted.metas
+        assert final.code == "OK" and final.metas[0].size_bytes == len(value)
+        refused = dataplane_pb2.BeginPutRequest(objects=[header("", 10)])  # no key
+        sock.sendall(request(OP_PUT, refused.SerializeToString(), FLAG_ACCEPT_WITH_RESULT))
+        sock.sendall(b"x" * 10)
+        assert read_status(sock).code == "INVALID_ARGUMENT"  # a refusal comes alone
+        unflagged = dataplane_pb2.BeginPutRequest(objects=[header("plain", 10)])
+        sock.sendall(request(OP_PUT, unflagged.SerializeToString()))
+        assert read_status(sock).code == "OK"  # before the bytes
+        sock.sendall(b"y" * 10)
+        assert read_status(sock).code == "OK"
+    with Client(daemon.address) as c:
+        assert c.get(Kind.KV_BLOCK, "flagged") == value
+        assert c.get(Kind.KV_BLOCK, "plain") == b"y" * 10
