@@ -2,17 +2,46 @@
 service: a token granted one namespace cannot reach another through KV, vector,
 placement or any other RPC."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from google.protobuf import message_factory
+from google.protobuf.message import Message
 
 from tiermem.client import Client, Kind, KvScope, PermissionDeniedError
-from tiermem.server.api.namespaces import namespaces_of, role_of
+from tiermem.server.api.namespaces import MAX_DEPTH, namespaces_of, role_of
 from tiermem.server.app import Daemon
 from tiermem.server.services.guard import Role
-from tiermem.v1 import kv_pb2, placement_pb2
+from tiermem.v1 import (
+    admin_pb2,
+    blobs_pb2,
+    common_pb2,
+    dataplane_pb2,
+    kv_pb2,
+    object_pb2,
+    operators_pb2,
+    placement_pb2,
+    scratch_pb2,
+    sessions_pb2,
+    vectors_pb2,
+)
+
+#: Every module of request and reply messages (the records' are never requests).
+PROTO_MODULES = [
+    admin_pb2,
+    blobs_pb2,
+    common_pb2,
+    dataplane_pb2,
+    kv_pb2,
+    object_pb2,
+    operators_pb2,
+    placement_pb2,
+    scratch_pb2,
+    sessions_pb2,
+    vectors_pb2,
+]
 
 
 def test_role_follows_the_method_name() -> None:
@@ -58,3 +87,50 @@ def test_a_token_cannot_reach_other_namespaces_through_any_service(
     with Client(daemon.address, token="t-a", namespace="a") as a:
         a.put(Kind.BLOB, "mine", b"ok")  # its own namespace works
         assert a.get(Kind.BLOB, "mine") == b"ok"
+
+
+def _every_field_walk(msg: Message, depth: int = 0) -> Iterator[str]:
+    """The obvious walk (every set field), which ``namespaces_of`` must agree with."""
+    if depth > MAX_DEPTH:
+        return
+    for field, value in msg.ListFields():
+        if field.message_type is None:
+            if field.name == "namespace" and isinstance(value, str):
+                yield value or "default"
+        elif field.is_repeated:
+            if not field.message_type.GetOptions().map_entry:
+                for item in value:
+                    yield from _every_field_walk(item, depth + 1)
+        else:
+            yield from _every_field_walk(value, depth + 1)
+
+
+def _filled(descriptor: Any, depth: int, tag: list[int]) -> Message:
+    """A message with every field that can hold a namespace set (two items per
+    list), each namespace distinct, nested as deep as the walk looks and beyond."""
+    msg = message_factory.GetMessageClass(descriptor)()
+    if depth > MAX_DEPTH + 1:
+        return msg
+    for field in descriptor.fields:
+        if field.message_type is None:
+            if field.name == "namespace" and field.type == field.TYPE_STRING:
+                tag[0] += 1
+                setattr(msg, field.name, f"ns{tag[0]}")
+            continue
+        if field.message_type.GetOptions().map_entry:
+            continue
+        if field.is_repeated:
+            for _ in range(2):
+                getattr(msg, field.name).add().CopyFrom(_filled(field.message_type, depth + 1, tag))
+        elif field.containing_oneof is None or not msg.HasField(field.containing_oneof.name):
+            getattr(msg, field.name).CopyFrom(_filled(field.message_type, depth + 1, tag))
+    return msg
+
+
+@pytest.mark.parametrize("module", PROTO_MODULES, ids=lambda m: m.__name__.rsplit(".", 1)[-1])
+def test_the_planned_walk_finds_what_walking_every_field_finds(module: Any) -> None:
+    for descriptor in module.DESCRIPTOR.message_types_by_name.values():
+        full = _filled(descriptor, 0, [0])
+        assert sorted(namespaces_of(full)) == sorted(_every_field_walk(full)), descriptor.name
+        empty = message_factory.GetMessageClass(descriptor)()
+        assert list(namespaces_of(empty)) == list(_every_field_walk(empty)) == []
