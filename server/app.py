@@ -23,13 +23,20 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
 from tiermem import __version__
+from tiermem.dataplane_wire import OP_COMMIT, OP_LEASE, OP_LOOKUP, OP_RELEASE, OP_RESERVE
 from tiermem.placement.access import AccessModel
 from tiermem.server.api.access import AccessInterceptor
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.agent import OperatorServicer, ScratchServicer, SessionServicer
 from tiermem.server.api.blobs import BlobServicer
-from tiermem.server.api.bulk_session import BulkSessions
-from tiermem.server.api.dataplane import DataPlaneServicer
+from tiermem.server.api.bulk_session import BulkSessions, UnaryOp
+from tiermem.server.api.dataplane import (
+    DataPlaneServicer,
+    commit_reply,
+    lease_reply,
+    release_reply,
+    reserve_reply,
+)
 from tiermem.server.api.integrity import IntegrityServicer
 from tiermem.server.api.interceptor import ServerInterceptor
 from tiermem.server.api.kv import KvServicer, lookup_prefix_reply
@@ -205,14 +212,43 @@ class Daemon:
         self.metrics.leases_active.set_function(lambda: store.leases.active)
         self.dataplane = DataPlane(self.objects, cfg, self.metrics)
         kv = self.kv
-        sessions = BulkSessions(
-            self.dataplane.transfers,
+        plane = self.dataplane
+        dp_method = "/tiermem.v1.DataPlaneService/"
+        #: requests on the bulk channel without a gRPC call each (by op)
+        self.bulk_sessions = BulkSessions(
+            plane.transfers,
             self.store.guard,
             cfg,
             self.metrics,
-            lookup=lambda request: lookup_prefix_reply(kv, request),
+            unary={
+                OP_LOOKUP: UnaryOp(
+                    "/tiermem.v1.KvService/LookupPrefix",
+                    kv_pb2.LookupPrefixRequest,
+                    lambda _owner, _acting, request: lookup_prefix_reply(kv, request),
+                ),
+                OP_LEASE: UnaryOp(
+                    dp_method + "Lease",
+                    dataplane_pb2.LeaseRequest,
+                    lambda owner, acting, request: lease_reply(plane, owner, acting, request),
+                ),
+                OP_RELEASE: UnaryOp(
+                    dp_method + "Release",
+                    dataplane_pb2.ReleaseRequest,
+                    lambda owner, _acting, request: release_reply(plane, owner, request),
+                ),
+                OP_RESERVE: UnaryOp(
+                    dp_method + "Reserve",
+                    dataplane_pb2.ReserveRequest,
+                    lambda owner, acting, request: reserve_reply(plane, owner, acting, request),
+                ),
+                OP_COMMIT: UnaryOp(
+                    dp_method + "Commit",
+                    dataplane_pb2.CommitRequest,
+                    lambda owner, _acting, request: commit_reply(plane, owner, request),
+                ),
+            },
         )
-        self.dataplane.serve_sessions(sessions.serve)
+        self.dataplane.serve_sessions(self.bulk_sessions.serve)
         if self.remote is not None:
             self.dataplane.fill_from(self.remote.fill)
             self.dataplane.shm.remote = self.remote

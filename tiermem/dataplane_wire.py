@@ -26,10 +26,10 @@ followed by a frame naming the session the caller acts as (may be empty)::
     ── PREAMBLE(SESSION_TICKET, credential), FRAME(acting session) ──▶
                                              ◀── STATUS: "OK" = session open
     then any number of requests, one at a time:
-    ── REQUEST: op u8 (1 put, 2 get, 3 lookup), flags u8, 2 zero  ──▶
-       bytes,
+    ── REQUEST: op u8 (1 put, 2 get, 3 lookup, 4-7 lease, release, ──▶
+       reserve, commit), flags u8, 2 zero bytes,
        length u32, serialized BeginPutRequest / BeginGetRequest /
-       kv LookupPrefixRequest
+       kv LookupPrefixRequest / Lease- / Release- / Reserve- / CommitRequest
     put:                                     ◀── STATUS: "OK" = send, or refused
          ── raw bytes of every object, in request order ──▶
                                              ◀── STATUS: committed metas, or the error
@@ -42,8 +42,9 @@ followed by a frame naming the session the caller acts as (may be empty)::
                                              ◀── FRAME: serialized Ticket (metas,
                                                  sizes, inline values)
                                              ◀── raw bytes of every streamed object
-    lookup:                                  ◀── STATUS: "OK", or refused
-                                             ◀── FRAME: serialized LookupPrefixResponse
+    lookup, lease, release, reserve, commit (the request is the gRPC method's):
+                                             ◀── STATUS: "OK", or refused
+                                             ◀── FRAME: the method's serialized reply
 
 Every request is checked as its gRPC twin (credentials, namespace roles,
 quotas, acting session). A refused request leaves the session open; a
@@ -78,6 +79,12 @@ REQUEST = struct.Struct("<BBxxI")
 OP_PUT = 1
 OP_GET = 2
 OP_LOOKUP = 3
+#: Shared-memory control requests (DataPlaneService's Lease, Release, Reserve,
+#: Commit) on a session: the request and reply are the gRPC messages.
+OP_LEASE = 4
+OP_RELEASE = 5
+OP_RESERVE = 6
+OP_COMMIT = 7
 #: Largest request payload (a BeginPut/BeginGet message) a daemon reads.
 MAX_REQUEST_BYTES = 16 << 20
 #: Longest acting-session name in a session's opening frame.

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 import grpc
 import numpy as np
+from google.protobuf.message import Message
 
 from tiermem.client import _wire
 from tiermem.client._transport import Transport
@@ -59,10 +60,18 @@ from tiermem.client.fastpath.session import (
 from tiermem.client.fastpath.shm import Arena, ArenaMismatch
 from tiermem.client.sessions import SESSION_METADATA
 from tiermem.client.types import Kind, ObjectInfo, Profile
-from tiermem.dataplane_wire import VERSION, host_id
+from tiermem.dataplane_wire import (
+    OP_COMMIT,
+    OP_LEASE,
+    OP_RELEASE,
+    OP_RESERVE,
+    VERSION,
+    host_id,
+)
 from tiermem.v1 import dataplane_pb2, dataplane_pb2_grpc, kv_pb2, object_pb2, object_pb2_grpc
 
 T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 
 PATHS = ("shm", "bulk", "grpc")
 DEFAULT_THRESHOLD_BYTES = 64 << 10
@@ -173,6 +182,8 @@ class DataPlane:
         acting = dict(transport.metadata).get(SESSION_METADATA, "")
         self._sessions = SessionPool(token.encode(), acting)
         self._session_lookups = True
+        # shared-memory control requests go on a bulk session while the daemon takes them
+        self._session_control = True
         self._lock = threading.Lock()
         self._offer: _Offer | None = None
         self._bulk_down_until = 0.0
@@ -449,9 +460,13 @@ class DataPlane:
             ttl_ms=self._lease_ttl_ms,
         )
         started = time.monotonic()
-        reply = self._negotiate_call(
+        reply = self._control(
+            OP_RESERVE,
+            request,
+            dataplane_pb2.ReserveResponse(),
             lambda t: self._dp.Reserve(request, timeout=t, metadata=self._transport.metadata),
             timeout_s,
+            negotiate=True,
         )
         lease_ids = [lease.lease_id for lease in reply.leases]
         if reply.arena_id != arena.arena_id:
@@ -469,7 +484,10 @@ class DataPlane:
             items=[dataplane_pb2.CommitItem(lease_id=x) for x in lease_ids]
         )
         try:
-            done = self._call(
+            done = self._control(
+                OP_COMMIT,
+                commit,
+                dataplane_pb2.CommitResponse(),
                 lambda t: self._dp.Commit(commit, timeout=t, metadata=self._transport.metadata),
                 timeout_s,
             )
@@ -532,6 +550,54 @@ class DataPlane:
             self._session_lookups = False  # a daemon whose sessions carry no lookups
             return None
 
+    def _control(
+        self,
+        op: int,
+        request: Message,
+        reply: M,
+        grpc_call: Callable[[float], M],
+        timeout_s: float | None,
+        *,
+        negotiate: bool = False,
+    ) -> M:
+        """A shared-memory control request (lease, release, reserve, commit): on a
+        bulk session when the daemon takes them there (no gRPC call), else over
+        gRPC. ``negotiate``: a path's first call ('not now / not here' answers
+        mean: try the next path, see ``_negotiate_call``)."""
+        try:
+            got = self._on_session(op, request, reply, timeout_s)
+        except (FailedPreconditionError, CapacityError) as exc:
+            if negotiate:
+                raise _Fallback() from exc
+            raise
+        except _Fallback:
+            got = None  # the session broke: the same request over gRPC
+        if got is not None:
+            return got
+        if negotiate:
+            return self._negotiate_call(grpc_call, timeout_s)
+        return self._call(grpc_call, timeout_s)
+
+    def _on_session(
+        self, op: int, request: Message, reply: M, timeout_s: float | None = None
+    ) -> M | None:
+        """``request`` answered on a bulk session into ``reply``; None when no
+        session can carry it. The daemon's refusals are raised as over gRPC."""
+        if not self._session_control:
+            return None
+        offer = self.offer(timeout_s)
+        if "bulk" not in offer.paths or not offer.bulk_address or not self._bulk_usable():
+            return None
+        try:
+            return self._via_session(
+                self._reachable(offer.bulk_address), lambda s: s.unary(op, request, reply)
+            )
+        except InvalidArgumentError as exc:
+            if not exc.message.startswith("session request with op"):
+                raise
+            self._session_control = False  # a daemon whose sessions carry no such op
+            return None
+
     def _via_session(self, address: str, request: Callable[[Session], T]) -> T | None:
         """Run ``request`` on a bulk session to ``address``; None when the daemon
         offers no sessions (then negotiate a ticket). A session found closed
@@ -571,13 +637,13 @@ class DataPlane:
     def _release_quietly(self, lease_ids: Sequence[int], timeout_s: float | None) -> None:
         if not lease_ids:
             return
-        with contextlib.suppress(TiermemClientError):  # else they expire on their own
-            self._call(
-                lambda t: self._dp.Release(
-                    dataplane_pb2.ReleaseRequest(lease_ids=list(lease_ids)),
-                    timeout=t,
-                    metadata=self._transport.metadata,
-                ),
+        request = dataplane_pb2.ReleaseRequest(lease_ids=list(lease_ids))
+        with contextlib.suppress(TiermemClientError, _Fallback):  # else they expire
+            self._control(
+                OP_RELEASE,
+                request,
+                dataplane_pb2.ReleaseResponse(),
+                lambda t: self._dp.Release(request, timeout=t, metadata=self._transport.metadata),
                 timeout_s,
             )
 
@@ -588,6 +654,12 @@ class DataPlane:
         if not lease_ids:
             return
         request = dataplane_pb2.ReleaseRequest(lease_ids=list(lease_ids))
+        try:
+            # on a session the round trip is cheaper than an asynchronous gRPC call
+            if self._on_session(OP_RELEASE, request, dataplane_pb2.ReleaseResponse()) is not None:
+                return
+        except (TiermemClientError, _Fallback):
+            return  # they expire on their own
         future = self._dp.Release.future(
             request, timeout=self._transport.timeout_s, metadata=self._transport.metadata
         )
@@ -677,9 +749,13 @@ class DataPlane:
             keys=self._keys(refs), ttl_ms=self._lease_ttl_ms, inline_max_bytes=self.threshold_bytes
         )
         started = time.monotonic()
-        reply = self._negotiate_call(
+        reply = self._control(
+            OP_LEASE,
+            request,
+            dataplane_pb2.LeaseResponse(),
             lambda t: self._dp.Lease(request, timeout=t, metadata=self._transport.metadata),
             timeout_s,
+            negotiate=True,
         )
         lease_ids = [x.lease_id for x in reply.leases if not x.inline]
         if lease_ids and reply.arena_id != arena.arena_id:

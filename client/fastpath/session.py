@@ -14,6 +14,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import TypeVar
 
 from google.protobuf.message import Message
 
@@ -33,6 +34,8 @@ from tiermem.dataplane_wire import (
     send_parts,
 )
 from tiermem.v1 import dataplane_pb2, kv_pb2
+
+M = TypeVar("M", bound=Message)
 
 #: Largest get reply (metas and inline values of a batch) a client reads.
 MAX_TICKET_BYTES = 256 << 20
@@ -141,8 +144,12 @@ class Session:
 
     def lookup(self, request_msg: kv_pb2.LookupPrefixRequest) -> kv_pb2.LookupPrefixResponse:
         """KvService.LookupPrefix on the session; raises the daemon's refusal."""
-        reply = kv_pb2.LookupPrefixResponse()
-        reply.ParseFromString(self._answer(OP_LOOKUP, request_msg, "lookup"))
+        return self.unary(OP_LOOKUP, request_msg, kv_pb2.LookupPrefixResponse())
+
+    def unary(self, op: int, request_msg: Message, reply: M) -> M:
+        """A request answered by one message (lookup, shared-memory lease, release,
+        reserve, commit), parsed into ``reply``; raises the daemon's refusal."""
+        reply.ParseFromString(self._answer(op, request_msg, f"op {op}"))
         self.in_step = True
         return reply
 

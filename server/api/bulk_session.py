@@ -11,6 +11,11 @@ of its gRPC twin: the same authorization of every namespace it names
 claimed within the session by the same principal, so the ticket table's
 bounds, budget and reaping hold as for gRPC-negotiated transfers.
 
+Requests answered by one message (``UnaryOp``: KV prefix lookups and the
+shared-memory Lease, Release, Reserve and Commit) run their gRPC method's
+reply function with the session's principal as the lease owner: a local
+client's control traffic for the arena needs no gRPC call either.
+
 A session is bound to the credentials that opened it: every request runs as
 that principal. It is closed when idle for ``dataplane.bulk.idle_timeout_s``,
 when a request is malformed (an INVALID_ARGUMENT status first), and when a
@@ -22,10 +27,11 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from tiermem.dataplane_wire import (
     FLAG_ACCEPT_WITH_RESULT,
@@ -33,7 +39,6 @@ from tiermem.dataplane_wire import (
     MAX_ACTING_BYTES,
     MAX_REQUEST_BYTES,
     OP_GET,
-    OP_LOOKUP,
     OP_PUT,
     PIPELINED_PUT_MAX_BYTES,
     REQUEST,
@@ -49,7 +54,6 @@ from tiermem.server.dataplane.identity import principal_of
 from tiermem.server.dataplane.transfers import BulkTransfers, TransferBroken
 from tiermem.server.errors import (
     InvalidArgument,
-    InvariantViolation,
     TiermemError,
     Unauthenticated,
 )
@@ -57,12 +61,27 @@ from tiermem.server.metrics import Metrics
 from tiermem.server.model import validate_session
 from tiermem.server.protoconv import key_from_proto
 from tiermem.server.services.guard import Guard, Principal, current_deadline, current_principal
-from tiermem.v1 import dataplane_pb2, kv_pb2
+from tiermem.v1 import dataplane_pb2
 
 log = logging.getLogger(__name__)
 
 _METHOD = "/tiermem.v1.DataPlaneService/"
-_KV_LOOKUP = "/tiermem.v1.KvService/LookupPrefix"
+
+
+@dataclass(frozen=True, slots=True)
+class UnaryOp:
+    """A session op answered by one message, served exactly as its gRPC method:
+    the same authorization of every namespace the request names, the same code
+    (``run(owner, acting, request)``), counted in the method's request metrics."""
+
+    method: str  # the gRPC method, "/tiermem.v1.KvService/LookupPrefix"
+    request: type[Message]
+    run: Callable[[str, str, Any], Message]
+
+    @property
+    def label(self) -> str:
+        """The method's name in request metrics ("KvService/LookupPrefix")."""
+        return self.method.rsplit(".", 1)[-1]
 
 
 class BulkSessions:
@@ -74,10 +93,11 @@ class BulkSessions:
         guard: Guard,
         config: Config,
         metrics: Metrics,
-        lookup: Callable[[kv_pb2.LookupPrefixRequest], kv_pb2.LookupPrefixResponse] | None = None,
+        unary: Mapping[int, UnaryOp] | None = None,
     ) -> None:
-        """``lookup``: KvService.LookupPrefix (the lookup op; None: not offered)."""
-        self._lookup_prefix = lookup
+        """``unary``: the ops beyond put and get this daemon's sessions carry."""
+        #: the unary ops served, by op number
+        self.unary = dict(unary or {})
         self._transfers = transfers
         self._guard = guard
         self._auth = Authenticator(config.security)
@@ -111,21 +131,23 @@ class BulkSessions:
                 return False  # the client left, or the session expired idle
             conn.settimeout(self._bulk.io_timeout_s)
             op, flags, length = REQUEST.unpack(head)
-            ops = (OP_PUT, OP_GET, OP_LOOKUP) if self._lookup_prefix else (OP_PUT, OP_GET)
-            if op not in ops or length > MAX_REQUEST_BYTES:
+            unary = self.unary.get(op)
+            if (op not in (OP_PUT, OP_GET) and unary is None) or length > MAX_REQUEST_BYTES:
                 self._malformed(
                     conn,
                     f"session request with op {op} and {length} bytes: ops are {OP_PUT} (put), "
-                    f"{OP_GET} (get) and {OP_LOOKUP} (KV prefix lookup), at most "
+                    f"{OP_GET} (get) and {', '.join(map(str, sorted(self.unary)))}, at most "
                     f"{MAX_REQUEST_BYTES} bytes; session closed",
                 )
                 return False
             payload = recv_exact(conn, length)
-            msg: Any = {
-                OP_PUT: dataplane_pb2.BeginPutRequest,
-                OP_GET: dataplane_pb2.BeginGetRequest,
-                OP_LOOKUP: kv_pb2.LookupPrefixRequest,
-            }[op]()
+            msg: Any = (
+                unary.request()
+                if unary is not None
+                else dataplane_pb2.BeginPutRequest()
+                if op == OP_PUT
+                else dataplane_pb2.BeginGetRequest()
+            )
             try:
                 msg.ParseFromString(payload)
             except DecodeError:
@@ -170,9 +192,9 @@ class BulkSessions:
         try:
             if op == OP_PUT:
                 return self._put(conn, owner, acting, msg, flags)
-            if op == OP_LOOKUP:
-                return self._lookup(conn, msg)
-            return self._get(conn, owner, acting, msg)
+            if op == OP_GET:
+                return self._get(conn, owner, acting, msg)
+            return self._answer(conn, owner, acting, self.unary[op], msg)
         finally:
             current_principal.reset(p_token)
             current_deadline.reset(d_token)
@@ -240,29 +262,27 @@ class BulkSessions:
         self._metrics.bulk_transfers.labels("get", "ok").inc()
         return True
 
-    def _lookup(self, conn: socket.socket, msg: kv_pb2.LookupPrefixRequest) -> bool:
-        """KvService.LookupPrefix without a gRPC call: the same authorization
-        and code; a refusal leaves the session open."""
-        if self._lookup_prefix is None:
-            raise InvariantViolation("a lookup op reached a session without lookups")
+    def _answer(
+        self, conn: socket.socket, owner: str, acting: str, op: UnaryOp, msg: Message
+    ) -> bool:
+        """A unary op without a gRPC call: the same authorization and code; a
+        refusal leaves the session open."""
         started = time.perf_counter()
         try:
-            authorize_request(self._guard, _KV_LOOKUP, msg)
-            reply = self._lookup_prefix(msg)
+            authorize_request(self._guard, op.method, msg)
+            reply = op.run(owner, acting, msg)
         except TiermemError as exc:
-            self._record_lookup(exc.code, started)
+            self._record(op, exc.code, started)
             conn.sendall(status(exc.code, exc.message))
             return True
-        self._record_lookup("OK", started)
+        self._record(op, "OK", started)
         conn.sendall(status("OK", "") + frame(reply.SerializeToString()))
         return True
 
-    def _record_lookup(self, code: str, started: float) -> None:
+    def _record(self, op: UnaryOp, code: str, started: float) -> None:
         # counted with the gRPC method's own requests (same name, same labels)
-        self._metrics.requests.labels("KvService/LookupPrefix", code).inc()
-        self._metrics.request_seconds.labels("KvService/LookupPrefix", code).observe(
-            time.perf_counter() - started
-        )
+        self._metrics.requests.labels(op.label, code).inc()
+        self._metrics.request_seconds.labels(op.label, code).observe(time.perf_counter() - started)
 
 
 def _drop(conn: socket.socket, nbytes: int) -> bool:

@@ -56,65 +56,22 @@ class DataPlaneServicer(dataplane_pb2_grpc.DataPlaneServiceServicer):
     def Reserve(
         self, request: dataplane_pb2.ReserveRequest, context: grpc.ServicerContext
     ) -> dataplane_pb2.ReserveResponse:
-        shm = self._plane.shm
-        ttl_s = shm.ttl_s(request.ttl_ms)
-        caller = acting_session(context)
-        leases = shm.reserve(_owner(context), [put_spec(h, caller) for h in request.objects], ttl_s)
-        info = shm.info()
-        return dataplane_pb2.ReserveResponse(
-            arena_id=info.arena_id if info is not None else "",
-            ttl_ms=int(ttl_s * 1000),
-            leases=[
-                dataplane_pb2.WriteLease(lease_id=x.lease_id, offset=x.offset, length=x.length)
-                for x in leases
-            ],
-        )
+        return reserve_reply(self._plane, _owner(context), acting_session(context), request)
 
     def Commit(
         self, request: dataplane_pb2.CommitRequest, context: grpc.ServicerContext
     ) -> dataplane_pb2.CommitResponse:
-        items = [
-            (
-                int(item.lease_id),
-                (int(item.checksum.algorithm), int(item.checksum.value))
-                if item.HasField("checksum") and item.checksum.algorithm
-                else None,
-            )
-            for item in request.items
-        ]
-        metas = self._plane.shm.commit(_owner(context), items)
-        return dataplane_pb2.CommitResponse(metas=[meta_to_proto(m) for m in metas])
+        return commit_reply(self._plane, _owner(context), request)
 
     def Lease(
         self, request: dataplane_pb2.LeaseRequest, context: grpc.ServicerContext
     ) -> dataplane_pb2.LeaseResponse:
-        shm = self._plane.shm
-        ttl_s = shm.ttl_s(request.ttl_ms)
-        keys = [key_from_proto(k) for k in request.keys]
-        grants = shm.lease(
-            _owner(context), keys, ttl_s, int(request.inline_max_bytes), acting_session(context)
-        )
-        reply = dataplane_pb2.LeaseResponse(ttl_ms=int(ttl_s * 1000))
-        info = shm.info()
-        reply.arena_id = info.arena_id if info is not None else ""
-        for g in grants:
-            item = reply.leases.add()
-            item.meta.CopyFrom(meta_to_proto(g.meta))
-            if g.lease is not None:
-                item.lease_id = g.lease.lease_id
-                item.offset = g.lease.offset
-                item.length = g.lease.length
-            else:
-                item.inline = True
-                item.inline_data = g.inline or b""
-                item.length = g.meta.size_bytes
-        return reply
+        return lease_reply(self._plane, _owner(context), acting_session(context), request)
 
     def Release(
         self, request: dataplane_pb2.ReleaseRequest, context: grpc.ServicerContext
     ) -> dataplane_pb2.ReleaseResponse:
-        n = self._plane.shm.release(_owner(context), [int(x) for x in request.lease_ids])
-        return dataplane_pb2.ReleaseResponse(released=n)
+        return release_reply(self._plane, _owner(context), request)
 
     # -- bulk channel -----------------------------------------------------------------
     def BeginPut(
@@ -156,3 +113,72 @@ def ticket_message(ticket: Ticket, address: str) -> dataplane_pb2.Ticket:
         if get.inline is not None:
             obj.inline_data = get.inline
     return msg
+
+
+# -- shared-memory requests, for the gRPC methods and the bulk session's ops alike --
+def reserve_reply(
+    plane: DataPlane, owner: str, caller: str, request: dataplane_pb2.ReserveRequest
+) -> dataplane_pb2.ReserveResponse:
+    """Reserve: write leases in the arena for ``owner`` (acting as ``caller``)."""
+    shm = plane.shm
+    ttl_s = shm.ttl_s(request.ttl_ms)
+    leases = shm.reserve(owner, [put_spec(h, caller) for h in request.objects], ttl_s)
+    info = shm.info()
+    return dataplane_pb2.ReserveResponse(
+        arena_id=info.arena_id if info is not None else "",
+        ttl_ms=int(ttl_s * 1000),
+        leases=[
+            dataplane_pb2.WriteLease(lease_id=x.lease_id, offset=x.offset, length=x.length)
+            for x in leases
+        ],
+    )
+
+
+def commit_reply(
+    plane: DataPlane, owner: str, request: dataplane_pb2.CommitRequest
+) -> dataplane_pb2.CommitResponse:
+    """Commit: the objects written into ``owner``'s write leases."""
+    items = [
+        (
+            int(item.lease_id),
+            (int(item.checksum.algorithm), int(item.checksum.value))
+            if item.HasField("checksum") and item.checksum.algorithm
+            else None,
+        )
+        for item in request.items
+    ]
+    metas = plane.shm.commit(owner, items)
+    return dataplane_pb2.CommitResponse(metas=[meta_to_proto(m) for m in metas])
+
+
+def lease_reply(
+    plane: DataPlane, owner: str, caller: str, request: dataplane_pb2.LeaseRequest
+) -> dataplane_pb2.LeaseResponse:
+    """Lease: read leases (or inline values) of whole objects for ``owner``."""
+    shm = plane.shm
+    ttl_s = shm.ttl_s(request.ttl_ms)
+    keys = [key_from_proto(k) for k in request.keys]
+    grants = shm.lease(owner, keys, ttl_s, int(request.inline_max_bytes), caller)
+    reply = dataplane_pb2.LeaseResponse(ttl_ms=int(ttl_s * 1000))
+    info = shm.info()
+    reply.arena_id = info.arena_id if info is not None else ""
+    for g in grants:
+        item = reply.leases.add()
+        item.meta.CopyFrom(meta_to_proto(g.meta))
+        if g.lease is not None:
+            item.lease_id = g.lease.lease_id
+            item.offset = g.lease.offset
+            item.length = g.lease.length
+        else:
+            item.inline = True
+            item.inline_data = g.inline or b""
+            item.length = g.meta.size_bytes
+    return reply
+
+
+def release_reply(
+    plane: DataPlane, owner: str, request: dataplane_pb2.ReleaseRequest
+) -> dataplane_pb2.ReleaseResponse:
+    """Release: end ``owner``'s leases."""
+    n = plane.shm.release(owner, [int(x) for x in request.lease_ids])
+    return dataplane_pb2.ReleaseResponse(released=n)
