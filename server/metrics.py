@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 from prometheus_client import (
@@ -228,6 +229,7 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None, version: str = "") -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # Process CPU, memory and file descriptors, and the Python version, as
         # every Prometheus client exports them (process_*, python_info).
         ProcessCollector(registry=r)
@@ -620,6 +622,16 @@ class Metrics:
             "Bytes held by requests in progress (against limits.max_inflight_bytes).",
             registry=r,
         )
+
+    def child(self, metric: Any, *values: str) -> Any:
+        """``metric.labels(*values)``, remembered: ``labels()`` takes a lock and
+        builds tuples, microseconds that count next to a small request on a hot
+        path. Every metric's label values are bounded, so is what is kept."""
+        key = (id(metric), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
 
     def count_read(
         self, kind: str, served_by: str | None, tiers: Sequence[str], n: int = 1

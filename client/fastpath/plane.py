@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import grpc
 import numpy as np
@@ -578,20 +578,37 @@ class DataPlane:
             return self._negotiate_call(grpc_call, timeout_s)
         return self._call(grpc_call, timeout_s)
 
+    @overload
     def _on_session(
         self, op: int, request: Message, reply: M, timeout_s: float | None = None
-    ) -> M | None:
-        """``request`` answered on a bulk session into ``reply``; None when no
-        session can carry it. The daemon's refusals are raised as over gRPC."""
+    ) -> M | None: ...
+
+    @overload
+    def _on_session(
+        self, op: int, request: Message, reply: None, timeout_s: float | None = None
+    ) -> bool | None: ...
+
+    def _on_session(
+        self, op: int, request: Message, reply: M | None, timeout_s: float | None = None
+    ) -> M | bool | None:
+        """``request`` answered on a bulk session into ``reply`` (``reply`` None:
+        sent without waiting for the answer, True); None when no session can
+        carry it. The daemon's refusals are raised as over gRPC."""
         if not self._session_control:
             return None
         offer = self.offer(timeout_s)
         if "bulk" not in offer.paths or not offer.bulk_address or not self._bulk_usable():
             return None
         try:
-            return self._via_session(
-                self._reachable(offer.bulk_address), lambda s: s.unary(op, request, reply)
-            )
+            address = self._reachable(offer.bulk_address)
+            if reply is None:
+
+                def send(s: Session) -> bool:
+                    s.send_only(op, request)
+                    return True
+
+                return self._via_session(address, send)
+            return self._via_session(address, lambda s: s.unary(op, request, reply))
         except InvalidArgumentError as exc:
             if not exc.message.startswith("session request with op"):
                 raise
@@ -655,8 +672,9 @@ class DataPlane:
             return
         request = dataplane_pb2.ReleaseRequest(lease_ids=list(lease_ids))
         try:
-            # on a session the round trip is cheaper than an asynchronous gRPC call
-            if self._on_session(OP_RELEASE, request, dataplane_pb2.ReleaseResponse()) is not None:
+            # sent on a session without waiting: its answer is read before the
+            # session's next request (no round trip, no gRPC call)
+            if self._on_session(OP_RELEASE, request, None) is not None:
                 return
         except (TiermemClientError, _Fallback):
             return  # they expire on their own

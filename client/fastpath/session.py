@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
@@ -53,13 +54,40 @@ class StaleSession(BulkBroken):
 class Session:
     """One open session (a connection). Not thread-safe: one request at a time."""
 
-    def __init__(self, sock: socket.socket, reused: bool) -> None:
+    def __init__(self, sock: socket.socket, reused: bool, owed: int = 0) -> None:
         self.sock = sock
         self.reused = reused
         self.in_step = True  # False once a request failed mid-way: do not pool
+        #: replies to requests sent without waiting (``send_only``), read and
+        #: dropped before the next request's
+        self.owed = owed
+
+    def drain(self) -> None:
+        """Read and drop the replies owed to earlier ``send_only`` requests."""
+        while self.owed:
+            try:
+                status = _read_status(self.sock)
+                if status.code == "OK":
+                    read_frame(self.sock, MAX_TICKET_BYTES)
+            except (OSError, BulkBroken) as exc:
+                raise StaleSession(f"pooled bulk session was closed: {exc}") from None
+            self.owed -= 1
+
+    def send_only(self, op: int, request_msg: Message) -> None:
+        """Send a unary request whose answer the caller does not need (a lease
+        release): its reply is read and dropped before the session's next one,
+        so the caller saves a round trip."""
+        self.in_step = False
+        try:
+            self.sock.sendall(request(op, request_msg.SerializeToString()))
+        except OSError as exc:
+            raise BulkBroken(f"bulk session broke: {exc}") from None
+        self.owed += 1
+        self.in_step = True
 
     def _ask(self, op: int, payload: bytes) -> dataplane_pb2.TransferStatus:
         """Send a request and read the daemon's first answer; raises its refusal."""
+        self.drain()
         self.in_step = False
         try:
             self.sock.sendall(request(op, payload))
@@ -89,6 +117,7 @@ class Session:
             except TiermemClientError as exc:
                 raise refusal(exc) from exc
             return self.send(views)
+        self.drain()
         self.in_step = False
         try:
             head = request(OP_PUT, request_msg.SerializeToString(), FLAG_ACCEPT_WITH_RESULT)
@@ -177,6 +206,8 @@ class SessionPool:
         self.close = self._pool.close
         self._lock = threading.Lock()
         self._unsupported: set[str] = set()
+        # replies owed by pooled connections (see ``Session.send_only``)
+        self._owed: weakref.WeakKeyDictionary[socket.socket, int] = weakref.WeakKeyDictionary()
 
     def _open(self, address: str) -> socket.socket:
         try:
@@ -206,11 +237,24 @@ class SessionPool:
             if address in self._unsupported:
                 raise SessionsUnsupported(address)
         sock = self._pool.take(address)
-        s = Session(sock, reused=True) if sock is not None else Session(self._open(address), False)
+        if sock is not None:
+            with self._lock:
+                owed = self._owed.pop(sock, 0)
+            s = Session(sock, reused=True, owed=owed)
+            try:
+                s.drain()
+            except StaleSession:
+                sock.close()
+                raise
+        else:
+            s = Session(self._open(address), False)
         try:
             yield s
         finally:
             if s.in_step:
+                if s.owed:
+                    with self._lock:
+                        self._owed[s.sock] = s.owed
                 self._pool.give_back(address, s.sock)
             else:
                 s.sock.close()

@@ -173,7 +173,7 @@ class BulkSessions:
         return acting
 
     def _malformed(self, conn: socket.socket, message: str) -> None:
-        self._metrics.bulk_transfers.labels("-", "refused").inc()
+        self._metrics.child(self._metrics.bulk_transfers, "-", "refused").inc()
         conn.sendall(status("INVALID_ARGUMENT", message))
 
     def _request(
@@ -214,7 +214,7 @@ class BulkSessions:
             issued = transfers.begin_put(owner, [put_spec(h, acting) for h in msg.objects])
             ticket = transfers.claim(issued.ticket_id, owner)
         except TiermemError as exc:
-            self._metrics.bulk_transfers.labels("put", "refused").inc()
+            self._metrics.child(self._metrics.bulk_transfers, "put", "refused").inc()
             conn.sendall(status(exc.code, exc.message))
             return announced > PIPELINED_PUT_MAX_BYTES or _drop(conn, announced)
         # A pipelined put's bytes follow its request unasked: when its client
@@ -227,14 +227,14 @@ class BulkSessions:
         try:
             metas = transfers.receive(ticket, conn)
         except (TransferBroken, OSError) as exc:
-            self._metrics.bulk_transfers.labels("put", "broken").inc()
+            self._metrics.child(self._metrics.bulk_transfers, "put", "broken").inc()
             log.warning("bulk session put broken, nothing stored: %s", exc)
             return False
         except TiermemError as exc:
-            self._metrics.bulk_transfers.labels("put", "failed").inc()
+            self._metrics.child(self._metrics.bulk_transfers, "put", "failed").inc()
             conn.sendall(accepted + status(exc.code, exc.message))
             return True
-        self._metrics.bulk_transfers.labels("put", "ok").inc()
+        self._metrics.child(self._metrics.bulk_transfers, "put", "ok").inc()
         conn.sendall(accepted + status("OK", "", metas))
         return True
 
@@ -248,18 +248,18 @@ class BulkSessions:
             issued = transfers.begin_get(owner, keys, int(msg.inline_max_bytes), acting)
             ticket = transfers.claim(issued.ticket_id, owner)
         except TiermemError as exc:
-            self._metrics.bulk_transfers.labels("get", "refused").inc()
+            self._metrics.child(self._metrics.bulk_transfers, "get", "refused").inc()
             conn.sendall(status(exc.code, exc.message))
             return True
         try:
             reply = ticket_message(ticket, "").SerializeToString()
             transfers.send(ticket, conn, header=status("OK", "") + frame(reply))
         except OSError:
-            self._metrics.bulk_transfers.labels("get", "broken").inc()
+            self._metrics.child(self._metrics.bulk_transfers, "get", "broken").inc()
             return False
         finally:
             ticket.end()  # idempotent: ``send`` ends it too
-        self._metrics.bulk_transfers.labels("get", "ok").inc()
+        self._metrics.child(self._metrics.bulk_transfers, "get", "ok").inc()
         return True
 
     def _answer(
@@ -281,8 +281,11 @@ class BulkSessions:
 
     def _record(self, op: UnaryOp, code: str, started: float) -> None:
         # counted with the gRPC method's own requests (same name, same labels)
-        self._metrics.requests.labels(op.label, code).inc()
-        self._metrics.request_seconds.labels(op.label, code).observe(time.perf_counter() - started)
+        metrics = self._metrics
+        metrics.child(metrics.requests, op.label, code).inc()
+        metrics.child(metrics.request_seconds, op.label, code).observe(
+            time.perf_counter() - started
+        )
 
 
 def _drop(conn: socket.socket, nbytes: int) -> bool:

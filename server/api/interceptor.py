@@ -110,8 +110,9 @@ class ServerInterceptor(grpc.ServerInterceptor):
         )
 
     def _record(self, name: str, code: str, started: float) -> None:
-        self._metrics.requests.labels(name, code).inc()
-        self._metrics.request_seconds.labels(name, code).observe(time.perf_counter() - started)
+        metrics = self._metrics
+        metrics.child(metrics.requests, name, code).inc()
+        metrics.child(metrics.request_seconds, name, code).observe(time.perf_counter() - started)
 
     def _fail(self, exc: BaseException, context: grpc.ServicerContext, name: str) -> None:
         """Abort the RPC for ``exc`` (raises)."""

@@ -352,7 +352,7 @@ class BulkTransfers:
             sent = sum(view.nbytes for view in views)
         finally:
             ticket.end()
-        self._metrics.data_bytes.labels("bulk", "out").inc(sent)
+        self._metrics.child(self._metrics.data_bytes, "bulk", "out").inc(sent)
         return sent
 
     # -- streams of other services ----------------------------------------------------

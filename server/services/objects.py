@@ -360,7 +360,7 @@ class ObjectService:
         if (durable or replaced_durable) and sync:
             self.sync()
         self.placement.after_put(encoded, profile)
-        self.store.metrics.data_bytes.labels(path, "in").inc(spec.size_bytes)
+        self.store.metrics.child(self.store.metrics.data_bytes, path, "in").inc(spec.size_bytes)
         if publish and self.on_commit is not None:
             self.on_commit(meta)
         return meta
@@ -468,7 +468,9 @@ class ObjectService:
         if replaced_durable or any(p.profile.durability == Durability.DURABLE for p in puts):
             self.sync()
         self.placement.after_puts([(enc, p.profile) for p, enc in zip(puts, encoded, strict=True)])
-        self.store.metrics.data_bytes.labels(path, "in").inc(sum(p.spec.size_bytes for p in puts))
+        self.store.metrics.child(self.store.metrics.data_bytes, path, "in").inc(
+            sum(p.spec.size_bytes for p in puts)
+        )
         if self.on_commit is not None:
             for meta in metas:
                 self.on_commit(meta)

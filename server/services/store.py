@@ -108,7 +108,8 @@ class Store:
 
     def tier_names(self) -> list[str]:
         """Names of the enabled tiers, fastest first (the order reads look in)."""
-        return [tier.name for tier, _ in self.engines() if self.tier_config(tier)[0]]
+        configs = self._tier_configs
+        return [tier.name for tier, _ in self.engines() if configs[tier][0]]
 
     def tier_states(self) -> dict[int, TierState]:
         out: dict[int, TierState] = {}

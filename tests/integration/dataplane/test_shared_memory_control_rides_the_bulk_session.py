@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.integration.dataplane.helpers import dataplane_stub, header, key, read_status
+from tests.integration.dataplane.helpers import dataplane_stub, header, key, read_status, wait_for
 from tests.integration.dataplane.test_bulk_sessions_authenticate_once_and_stay_exact import (
     TOKENS,
     open_session,
@@ -148,3 +148,25 @@ def test_session_control_is_authorized_and_bound_to_the_session_owner(
         assert c.get(Kind.KV_BLOCK, "x") == value
         with pytest.raises(PermissionDeniedError):
             c.get(Kind.KV_BLOCK, "x", namespace="default")
+
+
+def test_releases_sent_without_waiting_are_answered_before_the_next_request(
+    daemon: Daemon,
+) -> None:
+    """A read lease's release goes out without a round trip; its answer is read
+    before the session's next request, so replies never get out of step."""
+    data = values(2, 256 << 10)
+    with Client(daemon.address) as c:
+        items = [PutItem(Kind.KV_BLOCK, f"r{i}", d) for i, d in enumerate(data)]
+        c.dataplane.put_many(items, path="shm")
+        for _ in range(20):
+            got = c.dataplane.get_many([ObjectRef(Kind.KV_BLOCK, "r0")], path="shm")
+            assert bytes(got[0].data) == data[0]
+            # interleaved with requests of every other kind on the same session
+            assert (
+                bytes(c.dataplane.get_many([ObjectRef(Kind.KV_BLOCK, "r1")], path="bulk")[0].data)
+                == data[1]
+            )
+            c.dataplane.put_many([PutItem(Kind.KV_BLOCK, "r2", data[0])], path="bulk")
+        assert sessions_opened(daemon) == 1
+        wait_for(lambda: daemon.store.leases.active == 0, "the last release to be served")
