@@ -99,7 +99,7 @@ def from_rpc_error(exc: grpc.RpcError) -> TiermemClientError:
     return cls(code.name if code else "UNKNOWN", details or "", request_id_of(exc))
 
 
-def error_for(code: str, message: str) -> TiermemClientError:
+def error_for(code: str, message: str, request_id: str = "") -> TiermemClientError:
     """The typed error for a status named ``code`` (e.g. from a bulk-channel frame)."""
     status = grpc.StatusCode.__members__.get(code, grpc.StatusCode.UNKNOWN)
-    return _BY_CODE.get(status, TiermemClientError)(code, message)
+    return _BY_CODE.get(status, TiermemClientError)(code, message, request_id)

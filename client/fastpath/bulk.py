@@ -113,7 +113,7 @@ class BulkPool:
                 raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
             if status.code != "OK":
                 self._give_back(address, sock)
-                raise error_for(status.code, status.message)
+                raise error_for(status.code, status.message, status.request_id)
             return sock
         raise BulkBroken(f"bulk connection to {address} failed twice")
 
@@ -134,7 +134,7 @@ class BulkPool:
             raise BulkBroken(f"bulk put to {address} broke: {exc}") from None
         self._give_back(address, sock)
         if status.code != "OK":
-            raise error_for(status.code, status.message)
+            raise error_for(status.code, status.message, status.request_id)
         return status
 
     def send_stream(
@@ -153,7 +153,7 @@ class BulkPool:
             raise BulkBroken(f"bulk stream to {address} broke: {exc}") from None
         self._give_back(address, sock)
         if status.code != "OK":
-            raise error_for(status.code, status.message)
+            raise error_for(status.code, status.message, status.request_id)
         return status
 
     def recv_stream(

@@ -533,15 +533,11 @@ class DataPlane:
         """KvService.LookupPrefix over a bulk session (no gRPC call: a framed
         request on a pooled connection); None when no session can carry it (the
         caller then uses gRPC). The daemon's refusals are raised as over gRPC."""
-        if not self._session_lookups:
-            return None
-        offer = self.offer(timeout_s)
-        if "bulk" not in offer.paths or not offer.bulk_address or not self._bulk_usable():
+        address = self._session_address(timeout_s) if self._session_lookups else None
+        if address is None:
             return None
         try:
-            return self._via_session(
-                self._reachable(offer.bulk_address), lambda s: s.lookup(request)
-            )
+            return self._via_session(address, lambda s: s.lookup(request))
         except _Fallback:
             return None
         except InvalidArgumentError as exc:
@@ -594,13 +590,10 @@ class DataPlane:
         """``request`` answered on a bulk session into ``reply`` (``reply`` None:
         sent without waiting for the answer, True); None when no session can
         carry it. The daemon's refusals are raised as over gRPC."""
-        if not self._session_control:
-            return None
-        offer = self.offer(timeout_s)
-        if "bulk" not in offer.paths or not offer.bulk_address or not self._bulk_usable():
+        address = self._session_address(timeout_s) if self._session_control else None
+        if address is None:
             return None
         try:
-            address = self._reachable(offer.bulk_address)
             if reply is None:
 
                 def send(s: Session) -> bool:
@@ -614,6 +607,13 @@ class DataPlane:
                 raise
             self._session_control = False  # a daemon whose sessions carry no such op
             return None
+
+    def _session_address(self, timeout_s: float | None) -> str | None:
+        """The bulk address a session request may go to now, or None."""
+        offer = self.offer(timeout_s)
+        if "bulk" not in offer.paths or not offer.bulk_address or not self._bulk_usable():
+            return None
+        return self._reachable(offer.bulk_address)
 
     def _via_session(self, address: str, request: Callable[[Session], T]) -> T | None:
         """Run ``request`` on a bulk session to ``address``; None when the daemon

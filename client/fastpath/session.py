@@ -98,7 +98,7 @@ class Session:
             raise BulkBroken(f"bulk session broke: {exc}") from None
         if status.code != "OK":
             self.in_step = True
-            raise error_for(status.code, status.message)
+            raise error_for(status.code, status.message, status.request_id)
         return status
 
     def put(
@@ -125,7 +125,7 @@ class Session:
             first = _read_status(self.sock)
             if first.code != "OK":
                 self.in_step = True  # the daemon read and dropped the bytes
-                raise refusal(error_for(first.code, first.message))
+                raise refusal(error_for(first.code, first.message, first.request_id))
             final = _read_status(self.sock)
         except (OSError, BulkBroken) as exc:
             if self.reused:  # closed while pooled (nothing stored of a broken put)
@@ -133,7 +133,7 @@ class Session:
             raise BulkBroken(f"bulk session put broke: {exc}") from None
         self.in_step = True
         if final.code != "OK":
-            raise error_for(final.code, final.message)
+            raise error_for(final.code, final.message, final.request_id)
         return final
 
     def begin_put(self, request_msg: dataplane_pb2.BeginPutRequest) -> None:
@@ -153,7 +153,7 @@ class Session:
             raise BulkBroken(f"bulk session put broke: {exc}") from None
         self.in_step = True
         if status.code != "OK":
-            raise error_for(status.code, status.message)
+            raise error_for(status.code, status.message, status.request_id)
         return status
 
     def _answer(self, op: int, request_msg: Message, what: str) -> bytes:
@@ -227,7 +227,7 @@ class SessionPool:
             with self._lock:
                 self._unsupported.add(address)
             raise SessionsUnsupported(address)
-        raise error_for(status.code, status.message)
+        raise error_for(status.code, status.message, status.request_id)
 
     @contextmanager
     def session(self, address: str) -> Iterator[Session]:

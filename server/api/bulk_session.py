@@ -47,6 +47,7 @@ from tiermem.dataplane_wire import (
 from tiermem.server.api.access import Authenticator
 from tiermem.server.api.convert import put_spec
 from tiermem.server.api.dataplane import ticket_message
+from tiermem.server.api.interceptor import new_request_id, request_id
 from tiermem.server.api.namespaces import authorize_request
 from tiermem.server.config import Config
 from tiermem.server.dataplane.bulk import Closed, recv_exact, status
@@ -189,6 +190,7 @@ class BulkSessions:
         """One request, run as ``principal``; False when the session must end."""
         p_token = current_principal.set(principal)
         d_token = current_deadline.set(time.monotonic() + self._max_request_s)
+        r_token = request_id.set(new_request_id())  # log lines and refusals carry it
         try:
             if op == OP_PUT:
                 return self._put(conn, owner, acting, msg, flags)
@@ -198,6 +200,7 @@ class BulkSessions:
         finally:
             current_principal.reset(p_token)
             current_deadline.reset(d_token)
+            request_id.reset(r_token)
 
     def _put(
         self,
@@ -215,7 +218,7 @@ class BulkSessions:
             ticket = transfers.claim(issued.ticket_id, owner)
         except TiermemError as exc:
             self._metrics.child(self._metrics.bulk_transfers, "put", "refused").inc()
-            conn.sendall(status(exc.code, exc.message))
+            conn.sendall(_refusal(exc))
             return announced > PIPELINED_PUT_MAX_BYTES or _drop(conn, announced)
         # A pipelined put's bytes follow its request unasked: when its client
         # says it reads both statuses together, the "OK" goes out with the final
@@ -232,7 +235,7 @@ class BulkSessions:
             return False
         except TiermemError as exc:
             self._metrics.child(self._metrics.bulk_transfers, "put", "failed").inc()
-            conn.sendall(accepted + status(exc.code, exc.message))
+            conn.sendall(accepted + _refusal(exc))
             return True
         self._metrics.child(self._metrics.bulk_transfers, "put", "ok").inc()
         conn.sendall(accepted + status("OK", "", metas))
@@ -249,7 +252,7 @@ class BulkSessions:
             ticket = transfers.claim(issued.ticket_id, owner)
         except TiermemError as exc:
             self._metrics.child(self._metrics.bulk_transfers, "get", "refused").inc()
-            conn.sendall(status(exc.code, exc.message))
+            conn.sendall(_refusal(exc))
             return True
         try:
             reply = ticket_message(ticket, "").SerializeToString()
@@ -273,7 +276,7 @@ class BulkSessions:
             reply = op.run(owner, acting, msg)
         except TiermemError as exc:
             self._record(op, exc.code, started)
-            conn.sendall(status(exc.code, exc.message))
+            conn.sendall(_refusal(exc))
             return True
         self._record(op, "OK", started)
         conn.sendall(status("OK", "") + frame(reply.SerializeToString()))
@@ -286,6 +289,11 @@ class BulkSessions:
         metrics.child(metrics.request_seconds, op.label, code).observe(
             time.perf_counter() - started
         )
+
+
+def _refusal(exc: TiermemError) -> bytes:
+    """The STATUS of a refused request, with the request's id."""
+    return status(exc.code, exc.message, request_id=request_id.get())
 
 
 def _drop(conn: socket.socket, nbytes: int) -> bool:

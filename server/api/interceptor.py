@@ -213,4 +213,9 @@ def _request_id(details: grpc.HandlerCallDetails) -> str:
             clean = "".join(ch for ch in value[:64] if ch.isascii() and ch.isprintable())
             if clean:
                 return clean
+    return new_request_id()
+
+
+def new_request_id() -> str:
+    """A fresh request id (bulk sessions give their requests one too)."""
     return f"{_ids.getrandbits(64):016x}"  # unique enough to find log lines; no syscall

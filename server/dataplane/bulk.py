@@ -223,8 +223,10 @@ class BulkServer:
         return True
 
 
-def status(code: str, message: str, metas: list[ObjectMeta] | None = None) -> bytes:
-    msg = dataplane_pb2.TransferStatus(code=code, message=message)
+def status(
+    code: str, message: str, metas: list[ObjectMeta] | None = None, request_id: str = ""
+) -> bytes:
+    msg = dataplane_pb2.TransferStatus(code=code, message=message, request_id=request_id)
     if metas:
         msg.metas.extend(meta_to_proto(m) for m in metas)
     return frame(msg.SerializeToString())

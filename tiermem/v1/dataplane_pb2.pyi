@@ -565,9 +565,12 @@ class TransferStatus(_message.Message):
     CODE_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     METAS_FIELD_NUMBER: _builtins.int
+    REQUEST_ID_FIELD_NUMBER: _builtins.int
     code: _builtins.str
     """gRPC status name: "OK", "PERMISSION_DENIED", ..."""
     message: _builtins.str
+    request_id: _builtins.str
+    """sessions: the daemon's id of the request (its log lines carry it)"""
     @_builtins.property
     def metas(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.ObjectMeta]:
         """puts: the committed objects, in ticket order"""
@@ -578,10 +581,11 @@ class TransferStatus(_message.Message):
         code: _builtins.str = ...,
         message: _builtins.str = ...,
         metas: _abc.Iterable[_common_pb2.ObjectMeta] | None = ...,
+        request_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "metas", b"metas"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "message", b"message", "metas", b"metas", "request_id", b"request_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -133,6 +133,7 @@ def test_session_control_is_authorized_and_bound_to_the_session_owner(
             alice, OP_LEASE, dataplane_pb2.LeaseRequest(keys=[other]), dataplane_pb2.LeaseResponse()
         )
         assert refused.code == "PERMISSION_DENIED"
+        assert len(refused.request_id) == 16  # refusals name the request, as over gRPC
         mine = key("x")
         mine.namespace = "a"
         leased = ask(
