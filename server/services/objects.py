@@ -359,7 +359,7 @@ class ObjectService:
         self.store.faults.point("put.after_commit")
         if (durable or replaced_durable) and sync:
             self.sync()
-        self.placement.after_put(encoded, profile)
+        self.placement.after_put(encoded, profile, reservation.recheck)
         self.store.metrics.child(self.store.metrics.data_bytes, path, "in").inc(spec.size_bytes)
         if publish and self.on_commit is not None:
             self.on_commit(meta)
@@ -467,7 +467,9 @@ class ObjectService:
         self.store.faults.point("put.after_commit")
         if replaced_durable or any(p.profile.durability == Durability.DURABLE for p in puts):
             self.sync()
-        self.placement.after_puts([(enc, p.profile) for p, enc in zip(puts, encoded, strict=True)])
+        self.placement.after_puts(
+            [(enc, p.profile, p.reservation.recheck) for p, enc in zip(puts, encoded, strict=True)]
+        )
         self.store.metrics.child(self.store.metrics.data_bytes, path, "in").inc(
             sum(p.spec.size_bytes for p in puts)
         )

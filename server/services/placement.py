@@ -230,10 +230,23 @@ class PlacementService:
         )
 
     def reserve(self, size: int, profile: Profile, kind: Kind) -> Reservation:
-        """Space for a new object in the tier the planner admits it to."""
-        store = self.store
-        states = store.tier_states()
+        """Space for a new object in the tier the planner admits it to. When
+        admission would rather not keep it (DROP first), the reservation says so
+        (``recheck``): ``after_put`` asks again once it is committed."""
+        states = self.store.tier_states()
         admissions = self._admit(size, profile, kind, states)
+        reservation = self._reserve(size, profile, admissions, states)
+        reservation.recheck = bool(admissions) and admissions[0].tier == DROP
+        return reservation
+
+    def _reserve(
+        self,
+        size: int,
+        profile: Profile,
+        admissions: Sequence[Admission],
+        states: Mapping[int, TierState],
+    ) -> Reservation:
+        store = self.store
         for adm in admissions:
             if adm.tier == DROP:
                 reservation = self._receive_buffer(size)
@@ -318,8 +331,10 @@ class PlacementService:
                 if tier is not None and tier in store.memory:
                     engine = store.memory[tier]
                     reservation = engine.reserve(size)
-                    if reservation is not None and engine.used_bytes > states[int(tier)].high_bytes:
-                        self.wake.set()
+                    if reservation is not None:
+                        reservation.recheck = False  # where admission put it
+                        if engine.used_bytes > states[int(tier)].high_bytes:
+                            self.wake.set()
                 if reservation is None:
                     reservation = self.reserve(size, profile, kind)
                 out.append(reservation)
@@ -357,26 +372,27 @@ class PlacementService:
             )
         return reservation
 
-    def after_put(self, encoded: bytes, profile: Profile) -> None:
+    def after_put(self, encoded: bytes, profile: Profile, recheck: bool = True) -> None:
         """After a put committed: remember its next-access deadline
-        (``profile.next_access_unix_ms``), or drop it at once if it is a CACHE
-        object admission does not keep (see ``keeps``)."""
-        self.after_puts([(encoded, profile)])
+        (``profile.next_access_unix_ms``), or, when its reservation says
+        admission did not want it (``recheck``), drop it at once if it is a CACHE
+        object admission still does not keep (see ``keeps``)."""
+        self.after_puts([(encoded, profile, recheck)])
 
-    def after_puts(self, puts: Sequence[tuple[bytes, Profile]]) -> None:
-        """``after_put`` for each (key, profile) of a committed batch, with the
-        tier states read once and admission asked once per distinct (size, kind,
-        profile), as ``reserve_many`` does."""
+    def after_puts(self, puts: Sequence[tuple[bytes, Profile, bool]]) -> None:
+        """``after_put`` for each (key, profile, recheck) of a committed batch,
+        with the tier states read once and admission asked once per distinct
+        (size, kind, profile), as ``reserve_many`` does."""
         states: Mapping[int, TierState] | None = None
         kept: dict[tuple[object, ...], bool] = {}
-        for encoded, profile in puts:
+        for encoded, profile, recheck in puts:
             if profile.next_access_unix_ms:
                 with self.store.lock:
                     row = self.catalog.index.find(encoded)
                     if row is not None:
                         self._set_deadline(row, profile.next_access_unix_ms / 1000)
                 continue
-            if profile.durability == Durability.DURABLE or profile.pin:
+            if not recheck or profile.durability == Durability.DURABLE or profile.pin:
                 continue
             with self.store.lock:
                 entry = self.catalog.find(encoded)

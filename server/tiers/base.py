@@ -24,6 +24,11 @@ class Reservation:
     location: int
     size: int
     buffer: memoryview
+    #: placement asks admission again, once the object is committed, whether to
+    #: keep it: the space was not admission's own first choice (it would DROP
+    #: the object, or the caller chose the tier). False only for reservations
+    #: ``PlacementService.reserve`` / ``reserve_many`` made where admission put it.
+    recheck: bool = True
 
 
 class TierEngine(Protocol):

@@ -12,6 +12,10 @@ import pytest
 from tiermem.client import AccessHint, Client, Durability, Kind, Profile, Tier
 from tiermem.client.kv import KvBlock, KvScope
 from tiermem.server.app import Daemon
+from tiermem.server.model import AccessHint as Hint
+from tiermem.server.model import Kind as ServerKind
+from tiermem.server.model import Profile as ServerProfile
+from tiermem.server.model import Tier as ServerTier
 
 MiB = 1 << 20
 #: 4 MiB chunks: at the COLD prior (0.001 reads/s) even a DRAM copy does not pay
@@ -87,3 +91,23 @@ def test_one_shot_chunks_after_a_hit_are_dropped_and_the_rest_kept(
         kv.put_new_chunks(scope, [KvBlock(400, new)], prefix_hit_chunks=1, path=path)
         fetched = kv.get_blocks(scope, [400])[0]
         assert not fetched.found or bytes(fetched.data) == new.tobytes()
+
+
+def test_only_puts_admission_did_not_want_are_asked_again_after_commit(daemon: Daemon) -> None:
+    """A reservation where admission put the object is kept without asking the
+    planner a second time at commit; one admission would DROP, or one in a tier
+    the caller chose, is asked again (``Reservation.recheck``)."""
+    placement, objects = daemon.placement, daemon.objects
+    hot = ServerProfile(hint=Hint.HOT).resolved(ServerKind.KV_BLOCK)
+    cold = ServerProfile(hint=Hint.COLD).resolved(ServerKind.KV_BLOCK)
+    wanted = placement.reserve(256 << 10, hot, ServerKind.KV_BLOCK)
+    [batched] = placement.reserve_many([(256 << 10, hot, ServerKind.KV_BLOCK)])
+    unwanted = placement.reserve(BLOCK_BYTES, cold, ServerKind.KV_BLOCK)
+    chosen = placement.reserve_in(ServerTier.DRAM, 256 << 10, hot)
+    try:
+        assert (wanted.recheck, batched.recheck) == (False, False)
+        assert unwanted.recheck and unwanted.tier == ServerTier.DRAM  # received, then dropped
+        assert chosen.recheck
+    finally:
+        for reservation in (wanted, batched, unwanted, chosen):
+            objects.abort(reservation)
