@@ -72,21 +72,36 @@ class RemoteValue:
     release: Callable[[], None] = field(default=lambda: None)
 
 
-def decode(raw: memoryview, key: ObjectKey, name: str) -> tuple[ObjectMeta, memoryview]:
-    """Metadata and payload view of a value read under ``name``. Raises
+def head_length(fixed: memoryview, value_len: int) -> int:
+    """Length of the header plus metadata of a ``value_len``-byte value whose
+    first ``HEADER.size`` bytes are ``fixed``; -1 when they are not a header
+    that fits the value (``decode_head`` then says what is wrong)."""
+    magic, meta_len, size, _checksum, _crc = HEADER.unpack_from(fixed)
+    if magic != MAGIC or meta_len > MAX_META_BYTES or HEADER.size + meta_len + size != value_len:
+        return -1
+    return HEADER.size + int(meta_len)
+
+
+def decode_head(head: memoryview, value_len: int, key: ObjectKey, name: str) -> ObjectMeta:
+    """The metadata of a ``value_len``-byte value read under ``name`` from its
+    first bytes ``head`` (at least the header and the metadata). Raises
     Corrupted when the layout is broken or the value belongs to another object.
     The payload's checksum is not verified here (see ``RemoteTier``)."""
-    if len(raw) < HEADER.size:
-        raise Corrupted(f"remote value {name!r} is {len(raw)} bytes, shorter than its header")
-    magic, meta_len, size, checksum, crc = HEADER.unpack_from(raw)
+    if len(head) < HEADER.size:
+        raise Corrupted(f"remote value {name!r} is {len(head)} bytes, shorter than its header")
+    magic, meta_len, size, checksum, crc = HEADER.unpack_from(head)
     if magic != MAGIC:
         raise Corrupted(f"remote value {name!r} does not start with a tiermem header")
-    if meta_len > MAX_META_BYTES or HEADER.size + meta_len + size != len(raw):
+    if (
+        meta_len > MAX_META_BYTES
+        or HEADER.size + meta_len + size != value_len
+        or len(head) < HEADER.size + meta_len
+    ):
         raise Corrupted(
-            f"remote value {name!r} is {len(raw)} bytes but its header announces "
+            f"remote value {name!r} is {value_len} bytes but its header announces "
             f"{meta_len} bytes of metadata and {size} of payload"
         )
-    body = raw[HEADER.size : HEADER.size + meta_len]
+    body = head[HEADER.size : HEADER.size + meta_len]
     if zlib.crc32(body) != crc:
         raise Corrupted(f"the metadata of remote value {name!r} fails its CRC")
     msg = common_pb2.ObjectMeta()
@@ -98,4 +113,12 @@ def decode(raw: memoryview, key: ObjectKey, name: str) -> tuple[ObjectMeta, memo
     if meta.key != key or meta.size_bytes != size or meta.checksum != checksum:
         raise Corrupted(f"remote value {name!r} describes another object ({meta.key})")
     meta.tier = Tier.REMOTE
-    return meta, raw[HEADER.size + meta_len :]
+    return meta
+
+
+def decode(raw: memoryview, key: ObjectKey, name: str) -> tuple[ObjectMeta, memoryview]:
+    """Metadata and payload view of a value read under ``name`` (see
+    ``decode_head``: raises Corrupted the same way; the payload's checksum is
+    not verified here)."""
+    meta = decode_head(raw, len(raw), key, name)
+    return meta, raw[len(raw) - meta.size_bytes :]
