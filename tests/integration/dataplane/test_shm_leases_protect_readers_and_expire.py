@@ -22,6 +22,7 @@ from tests.integration.dataplane.helpers import (
     wait_for,
 )
 from tiermem.client import Client, Kind, NotFoundError
+from tiermem.client.fastpath import ObjectRef
 from tiermem.client.fastpath.shm import Arena
 from tiermem.server.app import Daemon
 from tiermem.server.model import Kind as ServerKind
@@ -233,3 +234,19 @@ def test_bad_shm_requests_get_clear_statuses(daemon: Daemon, client: Client) -> 
     while len(daemon.dataplane.leases) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(daemon.dataplane.leases) == 0
+
+
+def test_the_leases_of_shm_reads_are_released_by_one_thread_of_the_client(
+    daemon: Daemon, client: Client
+) -> None:
+    names = [f"rel-{i}" for i in range(4)]
+    for n in names:
+        client.put(Kind.KV_BLOCK, n, np.full(MiB, 5, dtype=np.uint8))
+    refs = [ObjectRef(Kind.KV_BLOCK, n) for n in names]
+    for _ in range(20):
+        got = client.dataplane.get_many(refs, path="shm")
+        assert [bytes(f.data[:1]) for f in got] == [b"\x05"] * 4
+    # every read's leases end without the caller waiting, sent by one thread
+    wait_for(lambda: len(daemon.dataplane.shm._leases) == 0, "the leases to be released")
+    releasers = [t for t in threading.enumerate() if t.name == "tiermem-release"]
+    assert len(releasers) == 1
