@@ -70,7 +70,7 @@ class RemoteStager(Protocol):
     def stage(
         self,
         keys: Sequence[ObjectKey],
-        reserve: Callable[[ObjectMeta], Reservation | None],
+        reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]: ...
 
@@ -383,12 +383,11 @@ class SharedMemoryPlane:
                 self.fill(keys)
             return {}
 
-        def reserve(meta: ObjectMeta) -> Reservation | None:
-            size = meta.size_bytes
+        def reserve(key: ObjectKey, size: int) -> Reservation | None:
             if size <= inline_max or size < arena.arena_min_bytes:
                 return None  # comes inline: adopted first, then read
             try:
-                return self._reserve_staging(size, meta.key.kind)
+                return self._reserve_staging(size, key.kind)
             except TiermemError:
                 return None  # no room to stage: adopted (or not) the ordinary way
 

@@ -87,7 +87,7 @@ class _Landing:
 
     def __init__(
         self,
-        reserve: Callable[[ObjectMeta], Reservation | None],
+        reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
     ) -> None:
         self._reserve = reserve
@@ -95,8 +95,8 @@ class _Landing:
         self._lock = threading.Lock()
         self._held: dict[int, Reservation] = {}
 
-    def place(self, index: int, meta: ObjectMeta) -> memoryview | None:
-        reservation = self._reserve(meta)
+    def place(self, index: int, key: ObjectKey, size: int) -> memoryview | None:
+        reservation = self._reserve(key, size)
         if reservation is None:
             return None
         with self._lock:
@@ -416,12 +416,12 @@ class RemoteService:
     def stage(
         self,
         keys: Sequence[ObjectKey],
-        reserve: Callable[[ObjectMeta], Reservation | None],
+        reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
         """Serve the objects among ``keys`` that this daemon does not hold (no
         catalog entry; kinds it shares) straight from the remote store, in the
-        extents ``reserve(meta)`` gives: each value is fetched (parts on the
+        extents ``reserve(key, size)`` gives: each value is fetched (parts on the
         wire at once, as ``pull``) and its payload lands in its extent, received
         there straight from the socket (``RemoteTier.read_into``; Redis) or
         copied there, and is verified against its checksum. Returns
@@ -451,7 +451,7 @@ class RemoteService:
     def _stage(
         self,
         shared: list[ObjectKey],
-        reserve: Callable[[ObjectMeta], Reservation | None],
+        reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
         with self.store.lock:
@@ -496,7 +496,7 @@ class RemoteService:
         self,
         value: ReadValue,
         landed: Reservation | None,
-        reserve: Callable[[ObjectMeta], Reservation | None],
+        reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
     ) -> tuple[ObjectMeta, Reservation] | None:
         """One fetched value into its extent (see ``stage``): verified where it
@@ -516,7 +516,7 @@ class RemoteService:
             self._count_read(value.meta.key.kind)
             return value.meta, landed
         try:
-            reservation = reserve(value.meta)
+            reservation = reserve(value.meta.key, value.meta.size_bytes)
         except BaseException:
             value.release()
             raise

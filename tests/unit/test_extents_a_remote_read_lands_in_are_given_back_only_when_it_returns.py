@@ -20,9 +20,13 @@ from tiermem.server.config import RemoteTierConfig
 from tiermem.server.errors import Corrupted, Unavailable
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Profile, Tier
-from tiermem.server.tiers.remote import RemoteBackend, RemoteError
+from tiermem.server.tiers.remote import RemoteBackend, RemoteError, RemoteValue
 from tiermem.server.tiers.remote.base import LANDED, Landed, Lander
-from tiermem.server.tiers.remote.codec import encode_header, remote_name
+from tiermem.server.tiers.remote.codec import (
+    FIXED_HEAD_MIN_PAYLOAD_BYTES,
+    encode_header,
+    remote_name,
+)
 from tiermem.server.tiers.remote.engine import LandedValue, RemoteTier
 
 DEPLOYMENT = "unit"
@@ -40,6 +44,8 @@ class LandingStore(RemoteBackend):
         self.gate: threading.Event | None = None
         self.failing = 0
         self.reads = 0
+        #: place every value before reading it, as Mooncake does (else stream it)
+        self.before_head = False
 
     @property
     def address(self) -> str:
@@ -64,11 +70,24 @@ class LandingStore(RemoteBackend):
                 out.append(None)
                 continue
             view = memoryview(value)
-            length = lander.head_length(i, view[: lander.head_bytes], len(value))
-            target = lander.target(i, view[:length], len(value)) if length > 0 else None
-            if target is None:
-                out.append((view, None))
+            if self.before_head:
+                spot = lander.target_before_head(i, len(value))
+                if spot is None:
+                    out.append((view, None))
+                    continue
+                length, placed = spot
+                if not lander.head_read(i, view[:length], len(value)):
+                    out.append((view, None))  # the placed buffer is given back
+                    continue
+                targets.append((placed, value[length:]))
+                out.append(LANDED)
                 continue
+            else:
+                length = lander.head_length(i, view[: lander.head_bytes], len(value))
+                target = lander.target(i, view[:length], len(value)) if length > 0 else None
+                if target is None:
+                    out.append((view, None))
+                    continue
             targets.append((target, value[length:]))
             out.append(LANDED)
         if self.gate is not None:
@@ -104,13 +123,17 @@ def _meta(i: int, payload: bytes) -> ObjectMeta:
     )
 
 
-def _stored(store: LandingStore, n: int) -> tuple[list[bytes], list[bytes]]:
-    """``n`` objects in the store: (their encoded keys, their payloads)."""
+def _stored(
+    store: LandingStore, n: int, size: int = 4096, fixed: bool = False
+) -> tuple[list[bytes], list[bytes]]:
+    """``n`` objects in the store: (their encoded keys, their payloads);
+    ``fixed``: with heads of fixed size."""
     keys, payloads = [], []
     for i in range(n):
-        payload = bytes([i + 1]) * (4096 + i)
+        payload = bytes([i + 1]) * (size + i)
         meta = _meta(i, payload)
-        store.values[remote_name(DEPLOYMENT, meta.key)] = encode_header(meta) + payload
+        value = encode_header(meta, fixed) + payload
+        store.values[remote_name(DEPLOYMENT, meta.key)] = value
         keys.append(meta.key.encode())
         payloads.append(payload)
     return keys, payloads
@@ -125,8 +148,8 @@ class Buffers:
         self.lock = threading.Lock()
         self.all_dropped = threading.Event()
 
-    def place(self, i: int, meta: ObjectMeta) -> memoryview:
-        buf = bytearray(meta.size_bytes)
+    def place(self, i: int, key: ObjectKey, size: int) -> memoryview:
+        buf = bytearray(size)
         with self.lock:
             self.given[i] = buf
         return memoryview(buf)
@@ -188,10 +211,10 @@ def test_a_failed_attempt_gives_back_what_it_placed_before_the_next_one() -> Non
     dropped_before_retry: list[int] = []
     place = buffers.place
 
-    def placing(i: int, meta: ObjectMeta) -> memoryview:
+    def placing(i: int, key: ObjectKey, size: int) -> memoryview:
         if store.reads == 2 and not dropped_before_retry:
             dropped_before_retry.extend(buffers.dropped)
-        return place(i, meta)
+        return place(i, key, size)
 
     got = [v for _part, values in tier.read_into(keys, placing, buffers.drop) for v in values]
     assert store.reads == 2
@@ -214,4 +237,29 @@ def test_a_value_whose_head_is_damaged_comes_whole_and_is_data_loss() -> None:
     assert isinstance(got[0], Corrupted)
     assert isinstance(got[1], LandedValue)
     assert sorted(buffers.given) == [1] and buffers.dropped == []
+    tier.close()
+
+
+def test_a_store_that_places_before_reading_lands_values_with_a_fixed_head() -> None:
+    store = LandingStore()
+    store.before_head = True
+    keys, payloads = _stored(store, 2, size=FIXED_HEAD_MIN_PAYLOAD_BYTES, fixed=True)
+    # one written with a head of its own length (an older writer): misplaced at
+    # first, then answered whole and still served, byte-exact
+    payload = bytes([9]) * (FIXED_HEAD_MIN_PAYLOAD_BYTES + 5000)
+    meta = _meta(7, payload)
+    store.values[remote_name(DEPLOYMENT, meta.key)] = encode_header(meta) + payload
+    tier = _tier(store)
+    buffers = Buffers()
+    wanted = [*keys, meta.key.encode()]
+    got = [v for _part, vs in tier.read_into(wanted, buffers.place, buffers.drop) for v in vs]
+    for i in range(2):
+        value = got[i]
+        assert isinstance(value, LandedValue)
+        assert bytes(buffers.given[i]) == payloads[i]
+        tier.check(value.meta, memoryview(buffers.given[i]))
+    whole = got[2]
+    assert isinstance(whole, RemoteValue) and bytes(whole.payload) == payload
+    tier.verify(whole, meta.checksum, meta.size_bytes)
+    assert buffers.dropped == [2]  # placed for it, given back
     tier.close()

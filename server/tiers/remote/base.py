@@ -42,18 +42,29 @@ LANDED: Final = Landed()
 
 
 class Lander(Protocol):
-    """Where the values of a ``get_many_into`` land. A backend that can read a
-    value's first bytes before the rest reads ``head_bytes`` of it, asks
-    ``head_length`` how long its whole head is (-1: read the value the ordinary
-    way), reads the rest of the head and asks ``target`` for a buffer of
-    exactly the value's remaining bytes, which it then fills (None: read the
-    value the ordinary way)."""
+    """Where the values of a ``get_many_into`` land (past their head).
+
+    A backend that reads a value's first bytes before the rest (a stream)
+    reads ``head_bytes`` of it, asks ``head_length`` how long its whole head
+    is (-1: read the value the ordinary way), reads the rest of the head and
+    asks ``target`` for a buffer of exactly the value's remaining bytes, which
+    it then fills (None: read the value the ordinary way).
+
+    A backend that must say where every byte goes before it reads any, and
+    knows each value's length, asks ``target_before_head`` for (head length,
+    buffer for the rest), reads the head into a buffer of its own and the rest
+    into that buffer, then tells ``head_read``: False means the value is not
+    laid out that way (answer it whole: head and rest joined)."""
 
     head_bytes: int
 
     def head_length(self, index: int, fixed: memoryview, value_len: int) -> int: ...
 
     def target(self, index: int, head: memoryview, value_len: int) -> memoryview | None: ...
+
+    def target_before_head(self, index: int, value_len: int) -> tuple[int, memoryview] | None: ...
+
+    def head_read(self, index: int, head: memoryview, value_len: int) -> bool: ...
 
 
 class RemoteBackend(ABC):

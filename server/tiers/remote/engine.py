@@ -46,6 +46,8 @@ from tiermem.server.model import ObjectKey, ObjectMeta, Tier
 from tiermem.server.tiers.remote.base import Landed, RemoteBackend, RemoteError
 from tiermem.server.tiers.remote.breaker import CircuitBreaker, State
 from tiermem.server.tiers.remote.codec import (
+    FIXED_HEAD_BYTES,
+    FIXED_HEAD_MIN_PAYLOAD_BYTES,
     HEADER,
     RemoteValue,
     decode,
@@ -61,9 +63,9 @@ T = TypeVar("T")
 
 #: What a backend's ``get_many`` (``get_many_into``) answers.
 _Raw = list[tuple[memoryview, object] | Landed | None]
-#: Where a ``read_into`` lands a value's payload: ``place(i, meta)`` gives a
-#: buffer of exactly ``meta.size_bytes`` for the i-th key's payload, or None.
-Place = Callable[[int, ObjectMeta], memoryview | None]
+#: Where a ``read_into`` lands a value's payload: ``place(i, key, size)`` gives
+#: a buffer of exactly ``size`` bytes for the i-th key's payload, or None.
+Place = Callable[[int, ObjectKey, int], memoryview | None]
 
 
 @dataclass(slots=True)
@@ -90,7 +92,9 @@ class _PartLander:
         self.keys = keys
         self.names = names
         self.place = place
-        self.placed: dict[int, ObjectMeta] = {}
+        #: what was placed, by position: the value's metadata (None until its
+        #: head is read, for a value placed before any of it was read)
+        self.placed: dict[int, ObjectMeta | None] = {}
 
     def head_length(self, index: int, fixed: memoryview, value_len: int) -> int:
         return head_length(fixed, value_len)
@@ -100,10 +104,36 @@ class _PartLander:
             meta = decode_head(head, value_len, self.keys[index], self.names[index])
         except Corrupted:
             return None  # read whole: decoding it then reports the damage
-        buf = self.place(self.part[index], meta)
+        buf = self.place(self.part[index], meta.key, meta.size_bytes)
         if buf is not None:
             self.placed[index] = meta
         return buf
+
+    def target_before_head(self, index: int, value_len: int) -> tuple[int, memoryview] | None:
+        """(head length, buffer for the rest) for a value that would have a head
+        of fixed size (``codec``), placed before any of it is read; None: read
+        it the ordinary way. Call ``head_read`` once it was read."""
+        size = value_len - FIXED_HEAD_BYTES
+        if size < FIXED_HEAD_MIN_PAYLOAD_BYTES:
+            return None
+        buf = self.place(self.part[index], self.keys[index], size)
+        if buf is None:
+            return None
+        self.placed[index] = None
+        return FIXED_HEAD_BYTES, buf
+
+    def head_read(self, index: int, head: memoryview, value_len: int) -> bool:
+        """The head of a value placed by ``target_before_head`` was read: True if
+        it is a fixed-size head of this object (the value landed), False if the
+        value has another layout (answer it whole) or a damaged head."""
+        try:
+            meta = decode_head(head, value_len, self.keys[index], self.names[index])
+        except Corrupted:
+            return False  # answered whole: decoding it then reports the damage
+        if head_length(head, value_len) != FIXED_HEAD_BYTES:
+            return False
+        self.placed[index] = meta
+        return True
 
     def drop(self, drop: Callable[[int], None], answer: _Raw | None = None) -> None:
         """Give back each placed buffer (with ``answer``, the read's: only those
@@ -250,12 +280,14 @@ class RemoteTier:
         return size <= self.config.max_value_bytes
 
     # -- operations -----------------------------------------------------------------------
-    @staticmethod
-    def pack(meta: ObjectMeta, payload: memoryview) -> bytes:
+    def pack(self, meta: ObjectMeta, payload: memoryview) -> bytes:
         """The value stored for an object: header + payload, in one buffer (both
         stores take one buffer per value). The copy lets callers give back a
-        lease on ``payload`` before the network transfer starts."""
-        return b"".join((encode_header(meta), payload))
+        lease on ``payload`` before the network transfer starts. On Mooncake a
+        large payload gets a head of fixed size (``codec``), so readers land it
+        where they want it (``read_into``)."""
+        fixed = self.config.backend == "mooncake" and len(payload) >= FIXED_HEAD_MIN_PAYLOAD_BYTES
+        return b"".join((encode_header(meta, fixed), payload))
 
     def put(self, items: Sequence[tuple[ObjectMeta, bytes]]) -> list[bool]:
         """Write each object's packed value (``pack``), replacing any. False where
@@ -374,9 +406,9 @@ class RemoteTier:
                 out.append(None)
                 continue
             if isinstance(got, Landed):
-                if lander is None or index not in lander.placed:
+                meta = lander.placed.get(index) if lander is not None else None
+                if meta is None:
                     raise InvariantViolation(f"remote value {name!r} landed nowhere")
-                meta = lander.placed[index]
                 self.metrics.remote_bytes.labels("in").inc(meta.size_bytes)
                 out.append(LandedValue(meta))
                 continue
