@@ -469,7 +469,12 @@ class RemoteService:
         if not missing:
             return out
         landing = _Landing(reserve, drop)
-        parts = self.remote.read_into([k.encode() for k in missing], landing.place, landing.drop)
+        encoded = [k.encode() for k in missing]
+        parts = (
+            self.remote.read_into(encoded, landing.place, landing.drop)
+            if self.config.land_reads
+            else self.remote.read(encoded)
+        )
         try:
             for part, values in parts:
                 for n, (i, value) in enumerate(zip(part, values, strict=True)):
