@@ -76,6 +76,8 @@ COPY_CHUNK_BYTES = 16 << 20
 BULK_COOLDOWN_S = 30.0
 #: How long ``close`` waits for the Release calls still queued to be sent.
 RELEASE_CLOSE_WAIT_S = 5.0
+#: The thread sending Release calls stops after this long without one.
+RELEASER_IDLE_S = 10.0
 
 Buffer = Any  # bytes-like or numpy array
 #: ``target(position in the batch, metadata)``: where a value read lands (a
@@ -593,19 +595,31 @@ class DataPlane:
         call would start a thread per call: ~2 ms per batch of 16 here)."""
         if not lease_ids:
             return
-        with self._lock:
+        with self._lock:  # (the thread stops when idle: see _send_releases)
             if self._releaser is None:
                 self._releaser = threading.Thread(
                     target=self._send_releases, name="tiermem-release", daemon=True
                 )
                 self._releaser.start()
-        self._releases.put(list(lease_ids))
+            self._releases.put(list(lease_ids))
 
     def _send_releases(self) -> None:
         """The releasing thread: sends each queued batch of lease ids (one call
         each: a batch came from one Lease reply, within the daemon's batch
-        limit); stops at None."""
-        while (ids := self._releases.get()) is not None:
+        limit); stops at None, or after RELEASER_IDLE_S without work (so a
+        client never closed leaves no thread behind)."""
+        while True:
+            try:
+                ids = self._releases.get(timeout=RELEASER_IDLE_S)
+            except queue.Empty:
+                with self._lock:  # nothing can be queued meanwhile
+                    if self._releases.empty():
+                        if self._releaser is threading.current_thread():
+                            self._releaser = None
+                        return
+                continue
+            if ids is None:
+                return
             with contextlib.suppress(grpc.RpcError):  # else they expire on their own
                 self._dp.Release(
                     dataplane_pb2.ReleaseRequest(lease_ids=ids),

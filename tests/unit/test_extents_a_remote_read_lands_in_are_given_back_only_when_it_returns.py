@@ -16,11 +16,12 @@ import pytest
 import xxhash
 from prometheus_client import CollectorRegistry
 
+from tests.unit.test_a_failed_remote_publish_is_retried_then_given_up import FlakyStore
 from tiermem.server.config import RemoteTierConfig
 from tiermem.server.errors import Corrupted, Unavailable
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Profile, Tier
-from tiermem.server.tiers.remote import RemoteBackend, RemoteError, RemoteValue
+from tiermem.server.tiers.remote import RemoteError, RemoteValue
 from tiermem.server.tiers.remote.base import LANDED, Landed, Lander
 from tiermem.server.tiers.remote.codec import (
     FIXED_HEAD_MIN_PAYLOAD_BYTES,
@@ -32,31 +33,20 @@ from tiermem.server.tiers.remote.engine import LandedValue, RemoteTier
 DEPLOYMENT = "unit"
 
 
-class LandingStore(RemoteBackend):
-    """Values in memory, landed past their head like the Redis reader does.
-    ``gate``: each read waits for it after placing (a slow store);
-    ``failing``: that many reads fail after placing."""
+class LandingStore(FlakyStore):
+    """Values in memory, landed past their head like the Redis reader does (or
+    placed before reading, like Mooncake: ``before_head``). ``gate``: each read
+    waits for it after placing (a slow store); ``failing``: that many reads
+    fail after placing."""
 
     name = "landing"
 
     def __init__(self) -> None:
-        self.values: dict[str, bytes] = {}
+        super().__init__(failing_puts=0)
         self.gate: threading.Event | None = None
         self.failing = 0
         self.reads = 0
-        #: place every value before reading it, as Mooncake does (else stream it)
         self.before_head = False
-
-    @property
-    def address(self) -> str:
-        return "memory"
-
-    def put_many(self, names: Sequence[str], values: Sequence[bytes]) -> list[bool]:
-        self.values.update(zip(names, values, strict=True))
-        return [True] * len(names)
-
-    def get_many(self, names: Sequence[str]) -> list[tuple[memoryview, object] | None]:
-        return [(memoryview(self.values[n]), None) if n in self.values else None for n in names]
 
     def get_many_into(
         self, names: Sequence[str], lander: Lander
@@ -98,19 +88,6 @@ class LandingStore(RemoteBackend):
         for target, payload in targets:
             target[:] = payload
         return out
-
-    def exists_many(self, names: Sequence[str]) -> list[bool]:
-        return [n in self.values for n in names]
-
-    def delete_many(self, names: Sequence[str]) -> None:
-        for n in names:
-            self.values.pop(n, None)
-
-    def ping(self) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
 
 
 def _meta(i: int, payload: bytes) -> ObjectMeta:
