@@ -28,10 +28,10 @@ defers the free, and ``make_room`` skips it); any other object (SSD, HBM, a
 small value) is copied into a staging extent owned by the lease. Values up to
 ``inline_max_bytes`` come inline in the reply instead of by lease. An object
 this daemon does not hold, found in the remote tier (``remote``), is fetched
-straight into a staging extent (received there from the socket on Redis),
-verified there, and that extent is leased; when that lease ends, the extent
-becomes the adopted object's storage (no second copy, and no catalog work
-before the reply).
+straight into a staging extent (received there from the socket on Redis,
+transferred there by Mooncake), verified there, and that extent is leased;
+when that lease ends, the extent becomes the adopted object's storage (no
+second copy, and no catalog work before the reply).
 
 A lease ends once: released, committed, or reaped after its TTL by the
 background worker. Clients must finish using a region before the TTL they

@@ -21,8 +21,8 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   object with a catalog entry, placed by admission like any put;
 * **stage** — a shared-memory read of objects this daemon does not hold has
   them fetched straight into extents the client is leased (Redis: each
-  payload is received from the socket into its extent; Mooncake: copied
-  there) and verified there (no catalog work before the reply); each extent
+  payload is received from the socket into its extent; Mooncake: transferred
+  into it) and verified there (no catalog work before the reply); each extent
   becomes the adopted object's storage when its lease ends
   (``adopt_filled``), off the reply's critical path.
 
@@ -422,9 +422,10 @@ class RemoteService:
         """Serve the objects among ``keys`` that this daemon does not hold (no
         catalog entry; kinds it shares) straight from the remote store, in the
         extents ``reserve(key, size)`` gives: each value is fetched (parts on the
-        wire at once, as ``pull``) and its payload lands in its extent, received
-        there straight from the socket (``RemoteTier.read_into``; Redis) or
-        copied there, and is verified against its checksum. Returns
+        wire at once, as ``pull``) and its payload lands in its extent
+        (``RemoteTier.read_into``: received there from the socket on Redis,
+        transferred there by Mooncake; copied there when it did not land, or
+        with ``land_reads`` off), and is verified there against its checksum. Returns
         {key: (metadata, filled reservation)} for the values verified that way;
         the caller leases the extents and hands each to ``adopt_filled`` when
         done with it. Every other extent ``reserve`` handed out is given to
