@@ -16,13 +16,18 @@ store (same ``tiers.remote.deployment``), as two inference nodes would.
   ``--blocks`` KV blocks of 1 MiB twice per round; B reads them in batches of
   16, as an inference worker would: one request per batch. The blocks are not
   in B: each batch's data-plane read (shared memory) makes B fetch them from
-  the remote store (Redis: in parts on the wire at once, over B's own RESP
-  connections into reused buffers), copy each into a fresh arena extent while
-  verifying it against its checksum, and lease those extents to the client,
-  which copies them out; B adopts each extent as the block's storage when the
-  client releases its lease (beside the next request). The first set is read
+  the remote store straight into fresh arena extents (Redis: in parts on the
+  wire at once, over B's own RESP connections, each payload received from the
+  socket into its extent; Mooncake: one batch_get_into_multi_buffers, each
+  payload transferred into its extent), verify each there against its
+  checksum, and lease those extents to the client, which copies them out; B
+  adopts each extent as the block's storage when the client releases its
+  lease (a thread of the client's sends the Release beside the next request). The first set is read
   with ``kv.get_blocks`` (what LMCache calls; the goal), the second with
-  ``dataplane.get_many``. The store's own
+  ``dataplane.get_many``, a third with ``kv.get_blocks`` through a daemon B'
+  configured to copy each payload into its extent instead of landing it
+  there (``tiers.remote.land_reads = false``: the A/B of that change, in the
+  same run). The store's own
   Python client reads the very same values in the same batches (redis-py
   ``RedisCluster`` pipelines of GET; Mooncake's ``batch_get_buffer``) into
   bytes, as tiermem's client does into new buffers. Each round reads fresh
@@ -212,6 +217,7 @@ def _names(deployment: str, hashes: list[int]) -> list[str]:
 def get_throughput(
     a: Client,
     b: Client,
+    b_copying: Client,
     direct: DirectClient,
     deployment: str,
     rounds: int,
@@ -220,18 +226,22 @@ def get_throughput(
 ) -> dict[str, Any]:
     get_blocks_gbs: list[float] = []
     get_many_gbs: list[float] = []
+    copying_gbs: list[float] = []
     direct_gbs: list[float] = []
     prefix = f"{SCOPE.model}@1@0@{SCOPE.dtype}@-@"
 
-    def via_get_blocks(hashes: list[int]) -> None:
+    def get_blocks_on(client: Client, into: list[float], hashes: list[int]) -> None:
         t0 = time.perf_counter()
         nbytes = 0
         for i in range(0, len(hashes), BATCH):
-            got = b.kv.get_blocks(SCOPE, hashes[i : i + BATCH])
+            got = client.kv.get_blocks(SCOPE, hashes[i : i + BATCH])
             if not all(g.found for g in got):
                 raise RuntimeError("B missed a block A wrote")
             nbytes += sum(len(g.data) for g in got if g.data is not None)
-        get_blocks_gbs.append(nbytes / (time.perf_counter() - t0) / 1e9)
+        into.append(nbytes / (time.perf_counter() - t0) / 1e9)
+
+    via_get_blocks = partial(get_blocks_on, b, get_blocks_gbs)
+    via_copying = partial(get_blocks_on, b_copying, copying_gbs)
 
     def via_get_many(hashes: list[int]) -> None:
         t0 = time.perf_counter()
@@ -253,13 +263,16 @@ def get_throughput(
     warm = [int(rng.integers(1, 1 << 40)) + i for i in range(BATCH)]
     _publish(a, _blocks(warm, rng), wait_for=b)
     b.kv.get_blocks(SCOPE, warm)
+    b_copying.kv.get_blocks(SCOPE, warm)
     direct.get_batch(_names(deployment, warm))
     for r in range(rounds):
         base = int(rng.integers(1, 1 << 40))
         first = [base + i for i in range(blocks)]
         second = [base + blocks + i for i in range(blocks)]
-        _publish(a, _blocks(first + second, rng), wait_for=b)
-        for hashes, via in ((first, via_get_blocks), (second, via_get_many)):
+        third = [base + 2 * blocks + i for i in range(blocks)]
+        _publish(a, _blocks(first + second + third, rng), wait_for=b)
+        sets = ((first, via_get_blocks), (second, via_get_many), (third, via_copying))
+        for hashes, via in sets:
             steps: list[Callable[[], None]] = [
                 partial(via, hashes),
                 partial(via_direct, _names(deployment, hashes)),
@@ -268,6 +281,7 @@ def get_throughput(
                 step()
     t, d = statistics.median(get_blocks_gbs), statistics.median(direct_gbs)
     m = statistics.median(get_many_gbs)
+    c = statistics.median(copying_gbs)
     return {
         "block_bytes": BLOCK_BYTES,
         "batch_blocks": BATCH,
@@ -276,11 +290,14 @@ def get_throughput(
         "tiermem_gb_per_s": t,
         "direct_gb_per_s": d,
         "tiermem_get_many_gb_per_s": m,
+        "tiermem_copying_gb_per_s": c,
         "tiermem_rounds_gb_per_s": get_blocks_gbs,
         "tiermem_get_many_rounds_gb_per_s": get_many_gbs,
+        "tiermem_copying_rounds_gb_per_s": copying_gbs,
         "direct_rounds_gb_per_s": direct_gbs,
         "ratio": t / d if d else 0.0,
         "get_many_ratio": m / d if d else 0.0,
+        "copying_ratio": c / d if d else 0.0,
         "b_paths": b.dataplane.path_stats(),
     }
 
@@ -304,19 +321,24 @@ def run_backend(name: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any
             remote["mooncake"] = {**remote["mooncake"], "local_buffer_bytes": 256 * MiB}
         a_addr = stack.enter_context(daemon(tmp / f"{name}-a", remote))
         b_addr = stack.enter_context(daemon(tmp / f"{name}-b", remote))
+        copying = {**remote, "land_reads": False}
+        b_copying_addr = stack.enter_context(daemon(tmp / f"{name}-b-copying", copying))
         a = stack.enter_context(Client(a_addr, timeout_s=120))
         b = stack.enter_context(Client(b_addr, timeout_s=120))
+        b_copying = stack.enter_context(Client(b_copying_addr, timeout_s=120))
         direct: DirectClient = DirectRedis(peer) if isinstance(peer, RedisCluster) else (
             DirectMooncake(peer)
         )  # fmt: skip
         stack.callback(direct.close)
         hits = shared_prefix_hit_rate(a, b, rng)
         print(f"{name}: hit rate {hits['hit_rate']:.3f}", flush=True)
-        gets = get_throughput(a, b, direct, deployment, args.rounds, args.blocks, rng)
+        gets = get_throughput(a, b, b_copying, direct, deployment, args.rounds, args.blocks, rng)
         print(
             f"{name}: tiermem kv.get_blocks {gets['tiermem_gb_per_s']:.3f} GB/s, direct "
             f"{gets['direct_gb_per_s']:.3f} GB/s, ratio {gets['ratio']:.2f} (dataplane.get_many "
-            f"{gets['tiermem_get_many_gb_per_s']:.3f} GB/s, {gets['get_many_ratio']:.2f}x)",
+            f"{gets['tiermem_get_many_gb_per_s']:.3f} GB/s, {gets['get_many_ratio']:.2f}x; "
+            f"copying into extents {gets['tiermem_copying_gb_per_s']:.3f} GB/s, "
+            f"{gets['copying_ratio']:.2f}x)",
             flush=True,
         )
         return {"hit_rate": hits, "get": gets}
@@ -339,6 +361,7 @@ def main() -> None:
     results: dict[str, Any] = {}
     goals = []
     started = time.monotonic()
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-remote-") as tmp:
         for name in backends:
             results[name] = run_backend(name, args, Path(tmp))
@@ -357,6 +380,8 @@ def main() -> None:
             "backends": results,
             "skipped": skipped,
             "seconds": round(time.monotonic() - started, 1),
+            # the machine is shared: the 1-minute load average before and after
+            "load_average_1m": {"before": load_before[0], "after": os.getloadavg()[0]},
             "args": {"rounds": args.rounds, "blocks": args.blocks},
         },
     )

@@ -201,6 +201,11 @@ class RemoteTierConfig(TierConfig):
     that more parts only add master round trips)."""
     read_part_min_objects: int = Field(default=2, ge=1, le=65_536)
     """Fewest objects in one such part (a part is one remote batch)."""
+    land_reads: bool = True
+    """Shared-memory reads of objects only the remote store holds land each
+    payload straight in its leased extent (Redis: received from the socket;
+    Mooncake: transferred there, for values written with a fixed-size head);
+    False: fetched into the backend's buffers and copied into the extent."""
     max_value_bytes: ByteSize = ByteSize(256 * MiB)
     """Largest object placed on the remote tier (bytes; Redis allows at most 512 MiB per
     value, Mooncake at most mooncake.local_buffer_bytes); larger ones are dropped instead."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -82,6 +83,10 @@ LEASE_MARGIN_S = 1.0
 COPY_CHUNK_BYTES = 16 << 20
 #: A bulk channel that broke is not tried again for this long.
 BULK_COOLDOWN_S = 30.0
+#: How long ``close`` waits for the Release calls still queued to be sent.
+RELEASE_CLOSE_WAIT_S = 5.0
+#: The thread sending Release calls stops after this long without one.
+RELEASER_IDLE_S = 10.0
 
 Buffer = Any  # bytes-like or numpy array
 #: ``target(position in the batch, metadata)``: where a value read lands (a
@@ -189,7 +194,9 @@ class DataPlane:
         self._bulk_down_until = 0.0
         # "file": blob downloads read by the client from the daemon's payload file
         self._stats = {p: _Counter() for p in (*PATHS, "file")}
-        self._releasing: list[grpc.Future[Any]] = []  # Release calls not yet answered
+        # Release calls are sent by one thread of the plane's (``_release_soon``)
+        self._releases: queue.SimpleQueue[list[int] | None] = queue.SimpleQueue()
+        self._releaser: threading.Thread | None = None
 
     # -- what the daemon offers ---------------------------------------------------------
     def _call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
@@ -303,10 +310,10 @@ class DataPlane:
 
     def close(self) -> None:
         with self._lock:
-            releasing, self._releasing = self._releasing, []
-        for future in releasing:
-            with contextlib.suppress(grpc.RpcError, grpc.FutureTimeoutError):
-                future.result(timeout=5)
+            releaser, self._releaser = self._releaser, None
+        if releaser is not None:  # it sends what is queued, then stops
+            self._releases.put(None)
+            releaser.join(RELEASE_CLOSE_WAIT_S)
         self._bulk.close()
         self._sessions.close()
         with self._lock:
@@ -667,7 +674,9 @@ class DataPlane:
     def _release_soon(self, lease_ids: Sequence[int]) -> None:
         """Release read leases without waiting for the answer: the copy is done, so
         the caller need not pay a round trip. A lost release only means the lease
-        runs to its TTL."""
+        runs to its TTL. On a bulk session it is sent without reading its answer;
+        without sessions one thread of the plane's sends them over gRPC (a gRPC
+        future per call would start a thread per call: ~2 ms per batch of 16 here)."""
         if not lease_ids:
             return
         request = dataplane_pb2.ReleaseRequest(lease_ids=list(lease_ids))
@@ -678,12 +687,37 @@ class DataPlane:
                 return
         except (TiermemClientError, _Fallback):
             return  # they expire on their own
-        future = self._dp.Release.future(
-            request, timeout=self._transport.timeout_s, metadata=self._transport.metadata
-        )
-        with self._lock:
-            self._releasing = [f for f in self._releasing if not f.done()]
-            self._releasing.append(future)
+        with self._lock:  # (the thread stops when idle: see _send_releases)
+            if self._releaser is None:
+                self._releaser = threading.Thread(
+                    target=self._send_releases, name="tiermem-release", daemon=True
+                )
+                self._releaser.start()
+            self._releases.put(list(lease_ids))
+
+    def _send_releases(self) -> None:
+        """The releasing thread: sends each queued batch of lease ids (one call
+        each: a batch came from one Lease reply, within the daemon's batch
+        limit); stops at None, or after RELEASER_IDLE_S without work (so a
+        client never closed leaves no thread behind)."""
+        while True:
+            try:
+                ids = self._releases.get(timeout=RELEASER_IDLE_S)
+            except queue.Empty:
+                with self._lock:  # nothing can be queued meanwhile
+                    if self._releases.empty():
+                        if self._releaser is threading.current_thread():
+                            self._releaser = None
+                        return
+                continue
+            if ids is None:
+                return
+            with contextlib.suppress(grpc.RpcError):  # else they expire on their own
+                self._dp.Release(
+                    dataplane_pb2.ReleaseRequest(lease_ids=ids),
+                    timeout=self._transport.timeout_s,
+                    metadata=self._transport.metadata,
+                )
 
     # -- get ------------------------------------------------------------------------------
     def get_many(

@@ -27,10 +27,11 @@ arena is leased where it is (its copy is referenced, so a move or delete
 defers the free, and ``make_room`` skips it); any other object (SSD, HBM, a
 small value) is copied into a staging extent owned by the lease. Values up to
 ``inline_max_bytes`` come inline in the reply instead of by lease. An object
-this daemon does not hold, found in the remote tier (``remote``), is fetched,
-verified and copied straight into a staging extent that is leased; when that
-lease ends, the extent becomes the adopted object's storage (no second copy,
-and no catalog work before the reply).
+this daemon does not hold, found in the remote tier (``remote``), is fetched
+straight into a staging extent (received there from the socket on Redis,
+transferred there by Mooncake), verified there, and that extent is leased;
+when that lease ends, the extent becomes the adopted object's storage (no
+second copy, and no catalog work before the reply).
 
 A lease ends once: released, committed, or reaped after its TTL by the
 background worker. Clients must finish using a region before the TTL they
@@ -67,7 +68,10 @@ class RemoteStager(Protocol):
     objects it does not hold straight from the remote store."""
 
     def stage(
-        self, keys: Sequence[ObjectKey], reserve: Callable[[ObjectMeta], Reservation | None]
+        self,
+        keys: Sequence[ObjectKey],
+        reserve: Callable[[ObjectKey, int], Reservation | None],
+        drop: Callable[[Reservation], None],
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]: ...
 
     def adopt_filled(self, meta: ObjectMeta, reservation: Reservation) -> None: ...
@@ -378,29 +382,17 @@ class SharedMemoryPlane:
             if self.fill is not None:
                 self.fill(keys)
             return {}
-        handed: list[Reservation] = []
 
-        def reserve(meta: ObjectMeta) -> Reservation | None:
-            size = meta.size_bytes
+        def reserve(key: ObjectKey, size: int) -> Reservation | None:
             if size <= inline_max or size < arena.arena_min_bytes:
                 return None  # comes inline: adopted first, then read
             try:
-                reservation = self._reserve_staging(size, meta.key.kind)
+                return self._reserve_staging(size, key.kind)
             except TiermemError:
                 return None  # no room to stage: adopted (or not) the ordinary way
-            handed.append(reservation)
-            return reservation
 
-        try:
-            staged = remote.stage(keys, reserve)
-        except BaseException:
-            for reservation in handed:
-                self._drop(reservation)
-            raise
-        kept = {id(reservation) for _meta, reservation in staged.values()}
-        for reservation in handed:
-            if id(reservation) not in kept:
-                self._drop(reservation)
+        # every extent it reserved and does not return, it gives to _drop
+        staged = remote.stage(keys, reserve, self._drop)
         return {
             key: (meta, (r.location, r.size, partial(self._adopt, remote, meta, r), None), None)
             for key, (meta, r) in staged.items()

@@ -20,10 +20,11 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   demoted) or *adopt* them: an object another daemon wrote becomes a local
   object with a catalog entry, placed by admission like any put;
 * **stage** — a shared-memory read of objects this daemon does not hold has
-  them fetched, verified and copied straight into extents the client is
-  leased (no catalog work before the reply); each extent becomes the adopted
-  object's storage when its lease ends (``adopt_filled``), off the reply's
-  critical path.
+  them fetched straight into extents the client is leased (Redis: each
+  payload is received from the socket into its extent; Mooncake: transferred
+  into it) and verified there (no catalog work before the reply); each extent
+  becomes the adopted object's storage when its lease ends
+  (``adopt_filled``), off the reply's critical path.
 
 Values the remote store no longer has are misses: their stale catalog entries
 are removed (``Store.forget_stale``), never reported as errors.
@@ -59,7 +60,7 @@ from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.store import Store, ValueRead
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.remote import RemoteTier, RemoteValue
-from tiermem.server.tiers.remote.engine import release_all
+from tiermem.server.tiers.remote.engine import LandedValue, ReadValue, release_all
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,39 @@ class _Op:
     key: bytes
     size: int
     attempt: int = 0
+
+
+class _Landing:
+    """The extents a ``stage`` lands payloads in, by position in its read:
+    ``place`` reserves one (called from the remote tier's threads), ``take``
+    hands one that was answered to the stage, ``drop`` gives one back."""
+
+    def __init__(
+        self,
+        reserve: Callable[[ObjectKey, int], Reservation | None],
+        drop: Callable[[Reservation], None],
+    ) -> None:
+        self._reserve = reserve
+        self._drop = drop
+        self._lock = threading.Lock()
+        self._held: dict[int, Reservation] = {}
+
+    def place(self, index: int, key: ObjectKey, size: int) -> memoryview | None:
+        reservation = self._reserve(key, size)
+        if reservation is None:
+            return None
+        with self._lock:
+            self._held[index] = reservation
+        return reservation.buffer
+
+    def take(self, index: int) -> Reservation | None:
+        with self._lock:
+            return self._held.pop(index, None)
+
+    def drop(self, index: int) -> None:
+        reservation = self.take(index)
+        if reservation is not None:
+            self._drop(reservation)
 
 
 class RemoteService:
@@ -380,18 +414,26 @@ class RemoteService:
         return value
 
     def stage(
-        self, keys: Sequence[ObjectKey], reserve: Callable[[ObjectMeta], Reservation | None]
+        self,
+        keys: Sequence[ObjectKey],
+        reserve: Callable[[ObjectKey, int], Reservation | None],
+        drop: Callable[[Reservation], None],
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
         """Serve the objects among ``keys`` that this daemon does not hold (no
-        catalog entry; kinds it shares) straight from the remote store: each
-        value is fetched (parts on the wire at once, as ``pull``) and copied into
-        the extent ``reserve(meta)`` gives, hashed as it is copied. Returns
+        catalog entry; kinds it shares) straight from the remote store, in the
+        extents ``reserve(key, size)`` gives: each value is fetched (parts on the
+        wire at once, as ``pull``) and its payload lands in its extent
+        (``RemoteTier.read_into``: received there from the socket on Redis,
+        transferred there by Mooncake; copied there when it did not land, or
+        with ``land_reads`` off), and is verified there against its checksum. Returns
         {key: (metadata, filled reservation)} for the values verified that way;
         the caller leases the extents and hands each to ``adopt_filled`` when
-        done with it. Raises Corrupted for a payload that fails its checksum,
-        and what admitting a read of each namespace raises (PermissionDenied,
-        the namespace's request limits); on any exception the caller gives back
-        every extent ``reserve`` handed out (none is returned then).
+        done with it. Every other extent ``reserve`` handed out is given to
+        ``drop`` (maybe later, from another thread: the extents of a part given
+        up on at its deadline are dropped once its read returns). Raises
+        Corrupted for a payload that fails its checksum, and what admitting a
+        read of each namespace raises (PermissionDenied, the namespace's request
+        limits).
 
         Objects this daemon demoted (served from the remote tier) are brought
         in as ``fill`` does; values ``reserve`` declines (None: too small for
@@ -405,10 +447,13 @@ class RemoteService:
         with contextlib.ExitStack() as admitted:
             for namespace in {k.namespace for k in shared}:
                 admitted.enter_context(self.store.guard.admit(namespace, Role.READ))
-            return self._stage(shared, reserve)
+            return self._stage(shared, reserve, drop)
 
     def _stage(
-        self, shared: list[ObjectKey], reserve: Callable[[ObjectMeta], Reservation | None]
+        self,
+        shared: list[ObjectKey],
+        reserve: Callable[[ObjectKey, int], Reservation | None],
+        drop: Callable[[Reservation], None],
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
         with self.store.lock:
             entries = [self.catalog.find(k.encode()) for k in shared]
@@ -424,35 +469,60 @@ class RemoteService:
         out: dict[ObjectKey, tuple[ObjectMeta, Reservation]] = {}
         if not missing:
             return out
-        parts = self.remote.read([k.encode() for k in missing])
+        landing = _Landing(reserve, drop)
+        encoded = [k.encode() for k in missing]
+        parts = (
+            self.remote.read_into(encoded, landing.place, landing.drop)
+            if self.config.land_reads
+            else self.remote.read(encoded)
+        )
         try:
             for part, values in parts:
                 for n, (i, value) in enumerate(zip(part, values, strict=True)):
                     try:
-                        staged = self._stage_one(value, reserve)
+                        staged = self._stage_one(value, landing.take(i), reserve, drop)
                     except BaseException:
                         release_all(values[n + 1 :])
+                        for j in part[n + 1 :]:
+                            landing.drop(j)
                         raise
                     if staged is not None:
                         out[missing[i]] = staged
         except Unavailable:
             pass  # counted and logged by the engine; what arrived is served
+        except BaseException:
+            for _meta, reservation in out.values():
+                drop(reservation)
+            raise
         finally:
             parts.close()  # parts still on the wire are dropped when they arrive
         return out
 
     def _stage_one(
         self,
-        value: RemoteValue | Corrupted | None,
-        reserve: Callable[[ObjectMeta], Reservation | None],
+        value: ReadValue,
+        landed: Reservation | None,
+        reserve: Callable[[ObjectKey, int], Reservation | None],
+        drop: Callable[[Reservation], None],
     ) -> tuple[ObjectMeta, Reservation] | None:
-        """One fetched value into its extent (see ``stage``); releases the value."""
+        """One fetched value into its extent (see ``stage``): verified where it
+        landed (``landed``), or copied there; releases the value."""
         if isinstance(value, Corrupted):
             raise value
         if value is None:
             return None  # not in the store: the read reports it missing
+        if isinstance(value, LandedValue):
+            if landed is None:
+                raise InvariantViolation(f"{value.meta.key} landed in no extent")
+            try:
+                self.remote.check(value.meta, landed.buffer)
+            except BaseException:
+                drop(landed)
+                raise
+            self._count_read(value.meta.key.kind)
+            return value.meta, landed
         try:
-            reservation = reserve(value.meta)
+            reservation = reserve(value.meta.key, value.meta.size_bytes)
         except BaseException:
             value.release()
             raise
@@ -463,6 +533,9 @@ class RemoteService:
             return None
         try:
             self.remote.copy_verified(value, value.meta.checksum, reservation.buffer)
+        except BaseException:
+            drop(reservation)
+            raise
         finally:
             value.release()
         self._count_read(value.meta.key.kind)

@@ -2,7 +2,9 @@
 buffers (``tiers/remote/resp.py``): values come back byte-exact, a missing name
 is None, released buffers are reused, a slot moved to another node (MOVED) is
 followed through redis-py, and a reply cut short is an error, never a shorter
-value."""
+value. With a lander (``get_many_into``), a value's bytes past its head are
+received straight into the buffer the lander gives for it; values it declines
+come whole, as without one."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import pytest
 from tests.remote.conftest import new_peer
 from tests.remote.peers import RedisCluster
 from tiermem.server.config import RedisClusterConfig
+from tiermem.server.tiers.remote.base import LANDED
 from tiermem.server.tiers.remote.redis_cluster import RedisClusterBackend
 from tiermem.server.tiers.remote.resp import BufferPool, RawGetter, Redirected, RespError
 
@@ -67,6 +70,54 @@ def test_values_are_byte_exact_missing_ones_none_and_buffers_reused(
         reused = {id(item[1]) for item in again if item is not None} & {id(o) for o in owners}
         assert reused, "released buffers were not reused"
         assert [bytes(item[0]) for item in again if item is not None] == values
+    finally:
+        backend.close()
+
+
+class PrefixLander:
+    """Lands values that start with b"LAND" past their first 16 bytes, except
+    the one at ``declined``."""
+
+    head_bytes = 4
+
+    def __init__(self, declined: int) -> None:
+        self.declined = declined
+        self.heads: dict[int, bytes] = {}
+        self.buffers: dict[int, bytearray] = {}
+
+    def head_length(self, index: int, fixed: memoryview, value_len: int) -> int:
+        return 16 if bytes(fixed) == b"LAND" else -1
+
+    def target(self, index: int, head: memoryview, value_len: int) -> memoryview | None:
+        self.heads[index] = bytes(head)
+        if index == self.declined:
+            return None
+        self.buffers[index] = bytearray(value_len - len(head))
+        return memoryview(self.buffers[index])
+
+
+def test_payloads_land_past_their_head_in_the_buffers_the_lander_gives(
+    cluster: RedisCluster,
+) -> None:
+    backend = _backend(cluster)
+    try:
+        names = [f"t/{uuid.uuid4().hex}/{i}" for i in range(6)]
+        values = [b"LAND" + os.urandom(12 + MiB + i * 4099) for i in range(len(names))]
+        values[4] = os.urandom(MiB)  # no head the lander knows
+        assert backend.put_many(names, values) == [True] * len(names)
+        lander = PrefixLander(declined=2)
+        got = backend.get_many_into([*names, "t/absent"], lander)
+        assert got[-1] is None
+        for i, value in enumerate(values):
+            item = got[i]
+            if i in (2, 4):  # declined, or not landable: whole, as get_many gives it
+                assert isinstance(item, tuple) and bytes(item[0]) == value
+                backend.release(item[1])
+            else:
+                assert item is LANDED
+                assert lander.heads[i] == value[:16]
+                assert bytes(lander.buffers[i]) == value[16:]
+        assert sorted(lander.heads) == [0, 1, 2, 3, 5]
     finally:
         backend.close()
 

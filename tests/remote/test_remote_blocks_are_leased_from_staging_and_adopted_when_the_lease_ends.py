@@ -1,8 +1,10 @@
 """A shared-memory read of blocks daemon B does not hold is served straight
-from the remote store: B fetches each block, verifies it as it copies it into a
-fresh arena extent and leases that extent, with no catalog work before the
-reply. When the lease ends (released, or reaped after its TTL) the extent
-becomes the adopted object's storage; if B stored the key itself meanwhile,
+from the remote store: B fetches each block into a fresh arena extent (its
+payload landing there straight from the store, or copied there with
+``tiers.remote.land_reads = false``), verifies it there and leases that
+extent, with no catalog work before the reply. When the lease ends
+(released, or reaped after its TTL) the extent becomes the adopted object's
+storage; if B stored the key itself meanwhile,
 the extent is given back instead and B's own object stays."""
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from tests.remote.conftest import Peer, remote_config, sample
 from tests.remote.test_blocks_another_daemon_wrote_are_read_through_the_data_plane import (
@@ -42,16 +45,23 @@ def _dram_used(daemon: Daemon) -> int:
     return daemon.store.memory[Tier.DRAM].used_bytes
 
 
-def _pair(peer: Peer, make_remote_daemon: Callable[..., Daemon]) -> tuple[Daemon, Daemon]:
+def _pair(
+    peer: Peer, make_remote_daemon: Callable[..., Daemon], land_reads: bool = True
+) -> tuple[Daemon, Daemon]:
     config = remote_config(peer)
-    return make_remote_daemon("a", config), make_remote_daemon("b", config)
+    b_config = {**config, "land_reads": land_reads}
+    return make_remote_daemon("a", config), make_remote_daemon("b", b_config)
 
 
 def _published_by_a(
-    peer: Peer, make_remote_daemon: Callable[..., Daemon], n: int, seed: int
+    peer: Peer,
+    make_remote_daemon: Callable[..., Daemon],
+    n: int,
+    seed: int,
+    land_reads: bool = True,
 ) -> tuple[Daemon, list[KvBlock], list[ObjectKey]]:
     """Daemon B, and ``n`` blocks daemon A wrote and published (with their keys)."""
-    a, b = _pair(peer, make_remote_daemon)
+    a, b = _pair(peer, make_remote_daemon, land_reads)
     written = blocks(n, seed=seed)
     with Client(a.address) as ca:
         ca.kv.put_blocks(SCOPE, written)
@@ -59,10 +69,11 @@ def _published_by_a(
     return b, written, _keys([blk.chunk_hash for blk in written])
 
 
+@pytest.mark.parametrize("land_reads", [True, False], ids=["landed", "copied"])
 def test_a_leased_remote_block_is_adopted_when_its_lease_is_released(
-    peer: Peer, make_remote_daemon: Callable[..., Daemon]
+    peer: Peer, make_remote_daemon: Callable[..., Daemon], land_reads: bool
 ) -> None:
-    b, written, keys = _published_by_a(peer, make_remote_daemon, 4, seed=11)
+    b, written, keys = _published_by_a(peer, make_remote_daemon, 4, 11, land_reads)
     shm = b.dataplane.shm
     grants = shm.lease("worker", keys, ttl_s=30.0, inline_max_bytes=0)
     for grant, blk in zip(grants, written, strict=True):

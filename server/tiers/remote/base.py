@@ -20,10 +20,51 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Final, Protocol
 
 
 class RemoteError(Exception):
     """The remote store could not be reached or did not answer as expected."""
+
+
+class Landed:
+    """What ``get_many_into`` answers for a value whose bytes after its head
+    landed in the buffer the lander gave for it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "LANDED"
+
+
+#: The one ``Landed`` value.
+LANDED: Final = Landed()
+
+
+class Lander(Protocol):
+    """Where the values of a ``get_many_into`` land (past their head).
+
+    A backend that reads a value's first bytes before the rest (a stream)
+    reads ``head_bytes`` of it, asks ``head_length`` how long its whole head
+    is (-1: read the value the ordinary way), reads the rest of the head and
+    asks ``target`` for a buffer of exactly the value's remaining bytes, which
+    it then fills (None: read the value the ordinary way).
+
+    A backend that must say where every byte goes before it reads any, and
+    knows each value's length, asks ``target_before_head`` for (head length,
+    buffer for the rest), reads the head into a buffer of its own and the rest
+    into that buffer, then tells ``head_read``: False means the value is not
+    laid out that way (answer it whole: head and rest joined)."""
+
+    head_bytes: int
+
+    def head_length(self, index: int, fixed: memoryview, value_len: int) -> int: ...
+
+    def target(self, index: int, head: memoryview, value_len: int) -> memoryview | None: ...
+
+    def target_before_head(self, index: int, value_len: int) -> tuple[int, memoryview] | None: ...
+
+    def head_read(self, index: int, head: memoryview, value_len: int) -> bool: ...
 
 
 class RemoteBackend(ABC):
@@ -44,6 +85,13 @@ class RemoteBackend(ABC):
     def get_many(self, names: Sequence[str]) -> list[tuple[memoryview, object] | None]:
         """Each value as a view plus an owner object to keep alive while the view
         is used (``None`` where the name is not in the store)."""
+
+    def get_many_into(
+        self, names: Sequence[str], lander: Lander
+    ) -> list[tuple[memoryview, object] | Landed | None]:
+        """``get_many``, except that values may land past their head in buffers
+        ``lander`` gives (``LANDED`` where one did). By default none does."""
+        return list(self.get_many(names))
 
     @abstractmethod
     def exists_many(self, names: Sequence[str]) -> list[bool]:

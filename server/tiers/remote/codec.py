@@ -22,6 +22,14 @@ name the same chunk alike.
                     dtype/shape/memory format, profile; no session, no tier)
         28+M   N    payload (the stored bytes, as in any local tier)
 
+A value may instead have a **head of fixed size** (magic "TMR2"): the same
+header and metadata, then zeros up to ``FIXED_HEAD_BYTES``, then the payload.
+A reader that must say where every byte goes before it reads any (Mooncake's
+``batch_get_into_multi_buffers``) then knows from the value's length alone
+where the payload starts, and lands it straight where it is wanted. Values of
+at least ``FIXED_HEAD_MIN_PAYLOAD_BYTES`` are written that way on Mooncake
+(``RemoteTier.pack``).
+
 A reader checks the magic, the lengths, the metadata CRC and that the
 metadata names the object asked for, then hashes the payload: bytes that do
 not match their checksum are DATA_LOSS, never data.
@@ -42,7 +50,13 @@ from tiermem.server.protoconv import meta_from_proto, meta_to_proto
 from tiermem.v1 import common_pb2
 
 MAGIC = b"TMR1"
+#: Magic of a value whose head (header, metadata, zeros) is FIXED_HEAD_BYTES long.
+MAGIC_FIXED = b"TMR2"
 HEADER = struct.Struct("<4sIQQI")
+#: Length of a fixed-size head (a value's metadata is a few hundred bytes).
+FIXED_HEAD_BYTES = 1024
+#: Smallest payload written with a fixed-size head (the zeros cost little next to it).
+FIXED_HEAD_MIN_PAYLOAD_BYTES = 64 * 1024
 #: Largest metadata block a value may carry (a key is at most 1 KiB).
 MAX_META_BYTES = 64 * 1024
 #: Characters kept as they are in the key part of a name (everything else is %XX).
@@ -54,11 +68,24 @@ def remote_name(deployment: str, key: ObjectKey) -> str:
     return f"{deployment}/{key.namespace}/{int(key.kind)}/{quote(key.key, safe=_SAFE)}"
 
 
-def encode_header(meta: ObjectMeta) -> bytes:
-    """Header plus metadata that precede the payload of ``meta``'s object."""
+def encode_header(meta: ObjectMeta, fixed: bool = False) -> bytes:
+    """Header plus metadata that precede the payload of ``meta``'s object;
+    ``fixed``: padded to FIXED_HEAD_BYTES (magic TMR2) when the metadata fits."""
     shared = dataclasses.replace(meta, session="", tier=Tier.REMOTE, persisted=False)
     body = meta_to_proto(shared).SerializeToString()
+    if fixed and HEADER.size + len(body) <= FIXED_HEAD_BYTES:
+        head = HEADER.pack(MAGIC_FIXED, len(body), meta.size_bytes, meta.checksum, zlib.crc32(body))
+        return (head + body).ljust(FIXED_HEAD_BYTES, b"\0")
     return HEADER.pack(MAGIC, len(body), meta.size_bytes, meta.checksum, zlib.crc32(body)) + body
+
+
+def _head_of(magic: bytes, meta_len: int) -> int:
+    """Length of the head a value's magic and metadata length announce (-1: neither)."""
+    if magic == MAGIC and meta_len <= MAX_META_BYTES:
+        return HEADER.size + meta_len
+    if magic == MAGIC_FIXED and HEADER.size + meta_len <= FIXED_HEAD_BYTES:
+        return FIXED_HEAD_BYTES
+    return -1
 
 
 @dataclass(slots=True)
@@ -72,21 +99,32 @@ class RemoteValue:
     release: Callable[[], None] = field(default=lambda: None)
 
 
-def decode(raw: memoryview, key: ObjectKey, name: str) -> tuple[ObjectMeta, memoryview]:
-    """Metadata and payload view of a value read under ``name``. Raises
+def head_length(fixed: memoryview, value_len: int) -> int:
+    """Length of the header plus metadata of a ``value_len``-byte value whose
+    first ``HEADER.size`` bytes are ``fixed``; -1 when they are not a header
+    that fits the value (``decode_head`` then says what is wrong)."""
+    magic, meta_len, size, _checksum, _crc = HEADER.unpack_from(fixed)
+    head = _head_of(magic, meta_len)
+    return head if head >= 0 and head + size == value_len else -1
+
+
+def decode_head(head: memoryview, value_len: int, key: ObjectKey, name: str) -> ObjectMeta:
+    """The metadata of a ``value_len``-byte value read under ``name`` from its
+    first bytes ``head`` (at least the header and the metadata). Raises
     Corrupted when the layout is broken or the value belongs to another object.
     The payload's checksum is not verified here (see ``RemoteTier``)."""
-    if len(raw) < HEADER.size:
-        raise Corrupted(f"remote value {name!r} is {len(raw)} bytes, shorter than its header")
-    magic, meta_len, size, checksum, crc = HEADER.unpack_from(raw)
-    if magic != MAGIC:
+    if len(head) < HEADER.size:
+        raise Corrupted(f"remote value {name!r} is {len(head)} bytes, shorter than its header")
+    magic, meta_len, size, checksum, crc = HEADER.unpack_from(head)
+    if magic not in (MAGIC, MAGIC_FIXED):
         raise Corrupted(f"remote value {name!r} does not start with a tiermem header")
-    if meta_len > MAX_META_BYTES or HEADER.size + meta_len + size != len(raw):
+    length = _head_of(magic, meta_len)
+    if length < 0 or length + size != value_len or len(head) < HEADER.size + meta_len:
         raise Corrupted(
-            f"remote value {name!r} is {len(raw)} bytes but its header announces "
+            f"remote value {name!r} is {value_len} bytes but its header announces "
             f"{meta_len} bytes of metadata and {size} of payload"
         )
-    body = raw[HEADER.size : HEADER.size + meta_len]
+    body = head[HEADER.size : HEADER.size + meta_len]
     if zlib.crc32(body) != crc:
         raise Corrupted(f"the metadata of remote value {name!r} fails its CRC")
     msg = common_pb2.ObjectMeta()
@@ -98,4 +136,12 @@ def decode(raw: memoryview, key: ObjectKey, name: str) -> tuple[ObjectMeta, memo
     if meta.key != key or meta.size_bytes != size or meta.checksum != checksum:
         raise Corrupted(f"remote value {name!r} describes another object ({meta.key})")
     meta.tier = Tier.REMOTE
-    return meta, raw[HEADER.size + meta_len :]
+    return meta
+
+
+def decode(raw: memoryview, key: ObjectKey, name: str) -> tuple[ObjectMeta, memoryview]:
+    """Metadata and payload view of a value read under ``name`` (see
+    ``decode_head``: raises Corrupted the same way; the payload's checksum is
+    not verified here)."""
+    meta = decode_head(raw, len(raw), key, name)
+    return meta, raw[len(raw) - meta.size_bytes :]

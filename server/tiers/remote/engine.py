@@ -43,16 +43,105 @@ from tiermem.server.config import RemoteTierConfig
 from tiermem.server.errors import Corrupted, InvariantViolation, Unavailable
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import ObjectKey, ObjectMeta, Tier
-from tiermem.server.tiers.remote.base import RemoteBackend, RemoteError
+from tiermem.server.tiers.remote.base import Landed, RemoteBackend, RemoteError
 from tiermem.server.tiers.remote.breaker import CircuitBreaker, State
-from tiermem.server.tiers.remote.codec import RemoteValue, decode, encode_header, remote_name
+from tiermem.server.tiers.remote.codec import (
+    FIXED_HEAD_BYTES,
+    FIXED_HEAD_MIN_PAYLOAD_BYTES,
+    HEADER,
+    RemoteValue,
+    decode,
+    decode_head,
+    encode_header,
+    head_length,
+    remote_name,
+)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: What a backend's ``get_many`` answers.
-_Raw = list[tuple[memoryview, object] | None]
+#: What a backend's ``get_many`` (``get_many_into``) answers.
+_Raw = list[tuple[memoryview, object] | Landed | None]
+#: Where a ``read_into`` lands a value's payload: ``place(i, key, size)`` gives
+#: a buffer of exactly ``size`` bytes for the i-th key's payload, or None.
+Place = Callable[[int, ObjectKey, int], memoryview | None]
+
+
+@dataclass(slots=True)
+class LandedValue:
+    """A value of a ``read_into`` whose payload landed in the buffer ``place``
+    gave for it. Not verified yet: check it with ``RemoteTier.check``."""
+
+    meta: ObjectMeta
+
+
+#: What a read yields for each key.
+ReadValue = RemoteValue | LandedValue | Corrupted | None
+
+
+class _PartLander:
+    """The lander (``base.Lander``) of one part of a ``read_into``: decodes each
+    value's head, asks ``place`` where its payload goes and remembers what
+    it placed (by position in the part)."""
+
+    head_bytes = HEADER.size
+
+    def __init__(self, part: range, keys: list[ObjectKey], names: list[str], place: Place) -> None:
+        self.part = part
+        self.keys = keys
+        self.names = names
+        self.place = place
+        #: what was placed, by position: the value's metadata (None until its
+        #: head is read, for a value placed before any of it was read)
+        self.placed: dict[int, ObjectMeta | None] = {}
+
+    def head_length(self, index: int, fixed: memoryview, value_len: int) -> int:
+        return head_length(fixed, value_len)
+
+    def target(self, index: int, head: memoryview, value_len: int) -> memoryview | None:
+        try:
+            meta = decode_head(head, value_len, self.keys[index], self.names[index])
+        except Corrupted:
+            return None  # read whole: decoding it then reports the damage
+        buf = self.place(self.part[index], meta.key, meta.size_bytes)
+        if buf is not None:
+            self.placed[index] = meta
+        return buf
+
+    def target_before_head(self, index: int, value_len: int) -> tuple[int, memoryview] | None:
+        """(head length, buffer for the rest) for a value that would have a head
+        of fixed size (``codec``), placed before any of it is read; None: read
+        it the ordinary way. Call ``head_read`` once it was read."""
+        size = value_len - FIXED_HEAD_BYTES
+        if size < FIXED_HEAD_MIN_PAYLOAD_BYTES:
+            return None
+        buf = self.place(self.part[index], self.keys[index], size)
+        if buf is None:
+            return None
+        self.placed[index] = None
+        return FIXED_HEAD_BYTES, buf
+
+    def head_read(self, index: int, head: memoryview, value_len: int) -> bool:
+        """The head of a value placed by ``target_before_head`` was read: True if
+        it is a fixed-size head of this object (the value landed), False if the
+        value has another layout (answer it whole) or a damaged head."""
+        try:
+            meta = decode_head(head, value_len, self.keys[index], self.names[index])
+        except Corrupted:
+            return False  # answered whole: decoding it then reports the damage
+        if head_length(head, value_len) != FIXED_HEAD_BYTES:
+            return False
+        self.placed[index] = meta
+        return True
+
+    def drop(self, drop: Callable[[int], None], answer: _Raw | None = None) -> None:
+        """Give back each placed buffer (with ``answer``, the read's: only those
+        whose value did not land there)."""
+        for index in list(self.placed):
+            if answer is None or not isinstance(answer[index], Landed):
+                del self.placed[index]
+                drop(self.part[index])
 
 
 @dataclass(slots=True)
@@ -65,7 +154,7 @@ class _Pending(Generic[T]):
     started: float
 
 
-def release_all(values: Iterable[RemoteValue | Corrupted | None]) -> None:
+def release_all(values: Iterable[object]) -> None:
     """Release every RemoteValue among ``values``."""
     for value in values:
         if isinstance(value, RemoteValue):
@@ -110,7 +199,21 @@ def _put(names: list[str], values: list[bytes], b: RemoteBackend) -> list[bool]:
 
 
 def _get(names: list[str], b: RemoteBackend) -> _Raw:
-    return b.get_many(names)
+    return list(b.get_many(names))
+
+
+def _get_into(
+    names: list[str], lander: _PartLander, drop: Callable[[int], None], b: RemoteBackend
+) -> _Raw:
+    """One attempt at a part of a ``read_into``: what it placed is given back
+    unless it landed (a failed attempt lands nothing)."""
+    try:
+        got = b.get_many_into(names, lander)
+    except BaseException:
+        lander.drop(drop)
+        raise
+    lander.drop(drop, answer=got)
+    return got
 
 
 def _exists(names: list[str], b: RemoteBackend) -> list[bool]:
@@ -177,12 +280,14 @@ class RemoteTier:
         return size <= self.config.max_value_bytes
 
     # -- operations -----------------------------------------------------------------------
-    @staticmethod
-    def pack(meta: ObjectMeta, payload: memoryview) -> bytes:
+    def pack(self, meta: ObjectMeta, payload: memoryview) -> bytes:
         """The value stored for an object: header + payload, in one buffer (both
         stores take one buffer per value). The copy lets callers give back a
-        lease on ``payload`` before the network transfer starts."""
-        return b"".join((encode_header(meta), payload))
+        lease on ``payload`` before the network transfer starts. On Mooncake a
+        large payload gets a head of fixed size (``codec``), so readers land it
+        where they want it (``read_into``)."""
+        fixed = self.config.backend == "mooncake" and len(payload) >= FIXED_HEAD_MIN_PAYLOAD_BYTES
+        return b"".join((encode_header(meta, fixed), payload))
 
     def put(self, items: Sequence[tuple[ObjectMeta, bytes]]) -> list[bool]:
         """Write each object's packed value (``pack``), replacing any. False where
@@ -225,15 +330,42 @@ class RemoteTier:
         arrive. Yields (positions in ``encoded_keys``, their values); the caller
         releases every RemoteValue it was given. Raises Unavailable (parts already
         yielded stay valid; the rest are dropped)."""
+        for part, values in self._read(encoded_keys, None, None):
+            yield part, [v for v in values if not isinstance(v, LandedValue)]
+
+    def read_into(
+        self, encoded_keys: Sequence[bytes], place: Place, drop: Callable[[int], None]
+    ) -> Generator[tuple[range, list[ReadValue]], None, None]:
+        """``read``, except that a backend that reads a value's head before its
+        payload (Redis) lands the payload straight in the buffer
+        ``place(i, meta)`` gives for the i-th key: such values come as
+        LandedValue (verify them with ``check``). Every buffer ``place`` gave is
+        either answered that way or handed to ``drop(i)``, maybe later and from
+        another thread (a part given up on at its deadline may still be
+        written; its buffers are dropped once its read returns)."""
+        yield from self._read(encoded_keys, place, drop)
+
+    def _read(
+        self,
+        encoded_keys: Sequence[bytes],
+        place: Place | None,
+        drop: Callable[[int], None] | None,
+    ) -> Generator[tuple[range, list[ReadValue]], None, None]:
         parts = self._read_parts(len(encoded_keys))
-        waiting: deque[tuple[range, list[ObjectKey], list[str], _Pending[_Raw]]] = deque()
+        waiting: deque[
+            tuple[range, list[ObjectKey], list[str], _PartLander | None, _Pending[_Raw]]
+        ] = deque()
         todo = deque(parts)
 
         def start(first: bool) -> bool:
             part = todo[0]
             keys = [ObjectKey.decode(encoded_keys[i]) for i in part]
             names = [remote_name(self.config.deployment, k) for k in keys]
-            fn = partial(_get, names)
+            lander = None
+            fn: Callable[[RemoteBackend], _Raw] = partial(_get, names)
+            if place is not None and drop is not None:
+                lander = _PartLander(part, keys, names, place)
+                fn = partial(_get_into, names, lander, drop)
             if first:
                 # nothing of this read in flight: wait a moment for a slot (one of
                 # our parts may be giving its own back)
@@ -246,7 +378,7 @@ class RemoteTier:
                 except Unavailable:
                     return False  # the breaker is probing: try again after it
             todo.popleft()
-            waiting.append((part, keys, names, pending))
+            waiting.append((part, keys, names, lander, pending))
             return True
 
         depth = min(self._read_parallel, self.config.max_inflight)
@@ -256,21 +388,29 @@ class RemoteTier:
                     start(first=True)
                 while todo and len(waiting) < depth and start(first=False):
                     pass
-                part, keys, names, pending = waiting.popleft()
-                raw = self._finish(pending)
-                yield part, self._decoded(keys, names, raw)
+                part, keys, names, lander, pending = waiting[0]
+                values = self._decoded(keys, names, self._finish(pending), lander)
+                waiting.popleft()  # answered: what it placed is the caller's now
+                yield part, values
         finally:
-            for _part, _keys, _names, pending in waiting:
-                pending.future.add_done_callback(self._drop_raw)
+            for _part, _keys, _names, lander, pending in waiting:
+                pending.future.add_done_callback(partial(self._drop_raw, lander, drop))
 
     def _decoded(
-        self, keys: list[ObjectKey], names: list[str], raw: _Raw
-    ) -> list[RemoteValue | Corrupted | None]:
-        out: list[RemoteValue | Corrupted | None] = []
+        self, keys: list[ObjectKey], names: list[str], raw: _Raw, lander: _PartLander | None
+    ) -> list[ReadValue]:
+        out: list[ReadValue] = []
         client = self._client()
-        for key, name, got in zip(keys, names, raw, strict=True):
+        for index, (key, name, got) in enumerate(zip(keys, names, raw, strict=True)):
             if got is None:
                 out.append(None)
+                continue
+            if isinstance(got, Landed):
+                meta = lander.placed.get(index) if lander is not None else None
+                if meta is None:
+                    raise InvariantViolation(f"remote value {name!r} landed nowhere")
+                self.metrics.remote_bytes.labels("in").inc(meta.size_bytes)
+                out.append(LandedValue(meta))
                 continue
             view, owner = got
             try:
@@ -282,18 +422,26 @@ class RemoteTier:
                 continue
             self.metrics.remote_bytes.labels("in").inc(len(payload))
             out.append(RemoteValue(meta, payload, _once(partial(client.release, owner))))
-        found = sum(1 for v in out if isinstance(v, RemoteValue))
+        found = sum(1 for v in out if isinstance(v, RemoteValue | LandedValue))
         self._count_objects("get", found, len(out) - found, "missing")
         return out
 
-    def _drop_raw(self, future: Future[_Raw]) -> None:
-        """A part's answer nobody will read (its read was abandoned): free it."""
+    def _drop_raw(
+        self,
+        lander: _PartLander | None,
+        drop: Callable[[int], None] | None,
+        future: Future[_Raw],
+    ) -> None:
+        """A part's answer nobody will read (its read was abandoned): free it and
+        give back the buffers its values landed in."""
         if future.cancelled() or future.exception() is not None:
-            return
+            return  # a failed attempt gave back what it placed itself
         client = self._backend
         for got in future.result():
-            if got is not None and client is not None:
+            if isinstance(got, tuple) and client is not None:
                 client.release(got[1])
+        if lander is not None and drop is not None:
+            lander.drop(drop)
 
     def _read_parts(self, n: int) -> list[range]:
         """``range(n)`` cut into the parts of one read: ``read_parallel`` parts of
@@ -338,6 +486,17 @@ class RemoteTier:
             message = (
                 f"remote copy of {value.meta.key} does not match its checksum "
                 f"{checksum:x} ({len(value.payload)} of {size} bytes)"
+            )
+            self.report_damage(message)
+            raise Corrupted(message)
+
+    def check(self, meta: ObjectMeta, data: memoryview) -> None:
+        """Raise Corrupted, counted as ``verify`` does, unless ``data`` (a payload
+        that landed where ``read_into`` was told) hashes to the object's checksum."""
+        if len(data) != meta.size_bytes or xxhash.xxh3_64_intdigest(data) != meta.checksum:
+            message = (
+                f"remote copy of {meta.key} does not match its checksum {meta.checksum:x} "
+                f"({len(data)} of {meta.size_bytes} bytes)"
             )
             self.report_damage(message)
             raise Corrupted(message)

@@ -14,6 +14,13 @@ Calls used and why:
   It answers ``None`` both for a missing name and for a failed read, so those
   names are asked again with ``batch_is_exist``, which tells absent (0) from an
   error (negative) and fails at once when the master is down;
+* ``batch_get_replica_desc`` + ``batch_get_into_multi_buffers`` — a read that
+  lands payloads where the caller wants them (``get_many_into``): the
+  descriptors give each value's length (one call to the master), and a value
+  with a head of fixed size (``codec``) is read in one transfer, its head into
+  a buffer of the backend's and its payload straight into the caller's
+  (an arena extent: no copy on the way). TCP transfers need no registration
+  of those buffers; RDMA would need the arena registered (``register_buffer``);
 * ``batch_remove(force=True)`` — a get takes a 10 s lease and a plain remove
   of a leased object fails.
 
@@ -34,8 +41,10 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+import numpy as np
+
 from tiermem.server.config import MooncakeConfig
-from tiermem.server.tiers.remote.base import RemoteBackend, RemoteError
+from tiermem.server.tiers.remote.base import LANDED, Landed, Lander, RemoteBackend, RemoteError
 
 #: Mooncake error codes (mooncake-store/include/types.h).
 OBJECT_NOT_FOUND = -704
@@ -54,6 +63,11 @@ def _reachable(address: str, what: str) -> None:
             return
     except (OSError, ValueError) as exc:
         raise RemoteError(f"Mooncake {what} at {address} is unreachable: {exc}") from exc
+
+
+def _address(buf: memoryview) -> int:
+    """Where a writable buffer's first byte is in this process's memory."""
+    return int(np.frombuffer(buf, dtype=np.uint8).ctypes.data)
 
 
 class MooncakeBackend(RemoteBackend):
@@ -108,6 +122,66 @@ class MooncakeBackend(RemoteBackend):
                     raise RemoteError(f"Mooncake read of {names[i]!r} failed ({code})")
                 if code == 1:  # there, yet not read: the transfer failed
                     raise RemoteError(f"Mooncake could not read {names[i]!r}")
+        return out
+
+    def get_many_into(
+        self, names: Sequence[str], lander: Lander
+    ) -> list[tuple[memoryview, object] | Landed | None]:
+        """``get_many``, the payload of each value with a head of fixed size
+        landing straight in the buffer ``lander`` gives for it (one transfer);
+        the others, and values gone or resized since their length was asked,
+        through ``get_many``."""
+        out: list[tuple[memoryview, object] | Landed | None] = [None] * len(names)
+        lengths = self._lengths(names)
+        placed: list[tuple[int, int, int, memoryview]] = []  # index, length, head, rest
+        for i, length in enumerate(lengths):
+            spot = lander.target_before_head(i, length) if length > 0 else None
+            if spot is not None:
+                placed.append((i, length, spot[0], spot[1]))
+        heads = bytearray(sum(head for _i, _n, head, _rest in placed))
+        ptrs: list[list[int]] = []
+        sizes: list[list[int]] = []
+        at = 0
+        base = _address(memoryview(heads)) if heads else 0
+        for _i, _n, head, rest in placed:
+            ptrs.append([base + at, _address(rest)])
+            sizes.append([head, len(rest)])
+            at += head
+        codes = (
+            self._store.batch_get_into_multi_buffers([names[i] for i, *_ in placed], ptrs, sizes)
+            if placed
+            else []
+        )
+        answered: set[int] = set()
+        at = 0
+        for (i, length, head, rest), code in zip(placed, codes, strict=True):
+            view = memoryview(heads)[at : at + head]
+            at += head
+            if code != length:
+                continue  # gone or resized meanwhile (or a failed transfer): asked again
+            answered.add(i)
+            if lander.head_read(i, view, length):
+                out[i] = LANDED
+            else:  # another layout: the value whole, as ``get_many`` gives it
+                out[i] = (memoryview(bytes(view) + bytes(rest)), None)
+        ask = [i for i in range(len(names)) if i not in answered]
+        if ask:
+            for i, got in zip(ask, self.get_many([names[i] for i in ask]), strict=True):
+                out[i] = got
+        return out
+
+    def _lengths(self, names: Sequence[str]) -> list[int]:
+        """Each value's length from its replica descriptors (0: not known, e.g.
+        not in the store or not in memory)."""
+        found = self._store.batch_get_replica_desc(list(names))
+        out = []
+        for name in names:
+            length = 0
+            for replica in found.get(name) or ():
+                if replica.is_memory_replica():
+                    length = int(replica.get_memory_descriptor().buffer_descriptor.size)
+                    break
+            out.append(length)
         return out
 
     def exists_many(self, names: Sequence[str]) -> list[bool]:

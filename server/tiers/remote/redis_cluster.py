@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tiermem.server.config import RedisClusterConfig
-from tiermem.server.tiers.remote.base import RemoteBackend, RemoteError
+from tiermem.server.errors import InvariantViolation
+from tiermem.server.tiers.remote.base import Landed, Lander, RemoteBackend, RemoteError
 from tiermem.server.tiers.remote.resp import BufferPool, RawGetter, Redirected, RespError
 
 
@@ -91,19 +92,37 @@ class RedisClusterBackend(RemoteBackend):
     def get_many(self, names: Sequence[str]) -> list[tuple[memoryview, object] | None]:
         """Each value in a pooled buffer (``release`` gives it back), read over the
         raw connections; through redis-py when a node redirects."""
+        out: list[tuple[memoryview, object] | None] = []
+        for got in self._get(names, None):
+            if isinstance(got, Landed):  # nothing lands without a lander
+                raise InvariantViolation("a value landed in a read without a lander")
+            out.append(got)
+        return out
+
+    def get_many_into(
+        self, names: Sequence[str], lander: Lander
+    ) -> list[tuple[memoryview, object] | Landed | None]:
+        """``get_many``, each value past its head received straight from the
+        socket into the buffer ``lander`` gives (no copy on the way). After a
+        redirection, through redis-py (nothing lands)."""
+        return self._get(names, lander)
+
+    def _get(
+        self, names: Sequence[str], lander: Lander | None
+    ) -> list[tuple[memoryview, object] | Landed | None]:
         try:
             nodes = []
             for name in names:
                 node = self._client.get_node_from_key(name)
                 nodes.append((node.host, node.port))
-            got = self._raw.get(names, nodes)
+            got = self._raw.get(names, nodes, lander)
         except Redirected:
-            return self._get_many_client(names)
+            return list(self._get_many_client(names))
         except RespError as exc:
             raise RemoteError(f"Redis Cluster at {self.address}: {exc}") from exc
         except self._errors as exc:  # the slot map could not be refreshed
             raise RemoteError(f"Redis Cluster at {self.address}: {exc}") from exc
-        return [None if g is None else (memoryview(g[0])[: g[1]], g[0]) for g in got]
+        return [g if not isinstance(g, tuple) else (memoryview(g[0])[: g[1]], g[0]) for g in got]
 
     def _get_many_client(self, names: Sequence[str]) -> list[tuple[memoryview, object] | None]:
         results = self._run([("get", (n,)) for n in names])

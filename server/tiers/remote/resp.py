@@ -26,6 +26,9 @@ import socket
 import threading
 from collections.abc import Sequence
 
+from tiermem.server.errors import InvariantViolation
+from tiermem.server.tiers.remote.base import LANDED, Landed, Lander
+
 #: Bytes read at once when the reader is not inside a value (reply headers).
 READ_AHEAD_BYTES = 64 * 1024
 #: Most bytes of value buffers kept for reuse (more are left to the allocator).
@@ -133,8 +136,12 @@ class _Conn:
                 raise RespError(f"{self.address[0]}:{self.address[1]} closed mid-value")
             pos += got
 
-    def read_bulk(self, pool: BufferPool) -> tuple[bytearray, int] | None:
-        """One GET reply: (buffer, value length) or None for a missing key."""
+    def read_bulk(
+        self, pool: BufferPool, index: int = 0, lander: Lander | None = None
+    ) -> tuple[bytearray, int] | Landed | None:
+        """One GET reply: (buffer, value length), None for a missing key, or
+        LANDED when ``lander`` gave a buffer for the value past its head (then
+        filled straight from the socket)."""
         line = self._line()
         if line.startswith(b"$"):
             try:
@@ -143,11 +150,31 @@ class _Conn:
                 raise RespError(f"a bulk reply announces {line[:80]!r}") from None
             if n < 0:
                 return None
+            head = b""
+            if lander is not None and n >= lander.head_bytes:
+                fixed = bytearray(lander.head_bytes)
+                self._exactly(memoryview(fixed))
+                head = bytes(fixed)
+                length = lander.head_length(index, memoryview(fixed), n)
+                if lander.head_bytes <= length <= n:
+                    rest = bytearray(length - len(head))
+                    self._exactly(memoryview(rest))
+                    head += rest
+                    target = lander.target(index, memoryview(head), n)
+                    if target is not None:
+                        if len(target) != n - length:
+                            raise InvariantViolation(
+                                f"a buffer of {len(target)} bytes for the {n - length} "
+                                "bytes of a value past its head"
+                            )
+                        self._exactly(target)
+                        self._end_of_bulk()
+                        return LANDED
             buf = pool.take(n)
             try:
-                self._exactly(memoryview(buf)[:n])
-                if self._line() != b"":
-                    raise RespError("a bulk reply is not followed by CRLF")
+                buf[: len(head)] = head
+                self._exactly(memoryview(buf)[len(head) : n])
+                self._end_of_bulk()
             except BaseException:
                 pool.give(buf)
                 raise
@@ -155,6 +182,10 @@ class _Conn:
         if line.startswith(b"-"):
             raise Redirected(line[1:200].decode(errors="replace"))
         raise RespError(f"unexpected reply to GET: {line[:80]!r}")
+
+    def _end_of_bulk(self) -> None:
+        if self._line() != b"":
+            raise RespError("a bulk reply is not followed by CRLF")
 
 
 def _command(*parts: bytes) -> bytes:
@@ -196,15 +227,20 @@ class RawGetter:
         conn.close()
 
     def get(
-        self, names: Sequence[str], nodes: Sequence[tuple[str, int]]
-    ) -> list[tuple[bytearray, int] | None]:
+        self,
+        names: Sequence[str],
+        nodes: Sequence[tuple[str, int]],
+        lander: Lander | None = None,
+    ) -> list[tuple[bytearray, int] | Landed | None]:
         """Each name's value as (pooled buffer, length) or None when missing;
-        ``nodes[i]`` holds ``names[i]``. Raises RespError (Redirected for an
-        error reply); buffers already taken are given back to the pool then."""
+        ``nodes[i]`` holds ``names[i]``. With ``lander``, a value may land past
+        its head in the buffer it gives (``read_bulk``; LANDED there). Raises
+        RespError (Redirected for an error reply); buffers already taken are
+        given back to the pool then (what landed is the lander's to undo)."""
         by_node: dict[tuple[str, int], list[int]] = {}
         for i, node in enumerate(nodes):
             by_node.setdefault(node, []).append(i)
-        out: list[tuple[bytearray, int] | None] = [None] * len(names)
+        out: list[tuple[bytearray, int] | Landed | None] = [None] * len(names)
         conns: list[tuple[_Conn, list[int]]] = []
         try:
             for node, index in by_node.items():
@@ -213,14 +249,14 @@ class RawGetter:
                 conn.sock.sendall(b"".join(_command(b"GET", names[i].encode()) for i in index))
             for conn, index in conns:
                 for i in index:
-                    out[i] = conn.read_bulk(self.pool)
+                    out[i] = conn.read_bulk(self.pool, i, lander)
         except BaseException as exc:
             with self._lock:  # idle connections to these nodes likely broke alike
                 stale = [c for conn, _i in conns for c in self._idle.pop(conn.address, [])]
             for conn in stale + [conn for conn, _index in conns]:
                 conn.close()
             for got in out:
-                if got is not None:
+                if isinstance(got, tuple):
                     self.pool.give(got[0])
             if isinstance(exc, OSError):
                 raise RespError(str(exc) or type(exc).__name__) from exc

@@ -22,6 +22,7 @@ from tests.integration.dataplane.helpers import (
     wait_for,
 )
 from tiermem.client import Client, Kind, NotFoundError
+from tiermem.client.fastpath import ObjectRef
 from tiermem.client.fastpath.shm import Arena
 from tiermem.server.app import Daemon
 from tiermem.server.model import Kind as ServerKind
@@ -233,3 +234,29 @@ def test_bad_shm_requests_get_clear_statuses(daemon: Daemon, client: Client) -> 
     while len(daemon.dataplane.leases) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(daemon.dataplane.leases) == 0
+
+
+def test_without_sessions_shm_read_leases_are_released_by_one_thread_of_the_client(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    """(With bulk sessions the releases go on the session instead:
+    test_shared_memory_control_rides_the_bulk_session.py.)"""
+    daemon = make_daemon(dataplane={"bulk": {"sessions": False}})
+    client = Client(daemon.address)
+    names = [f"rel-{i}" for i in range(4)]
+    for n in names:
+        client.put(Kind.KV_BLOCK, n, np.full(MiB, 5, dtype=np.uint8))
+    refs = [ObjectRef(Kind.KV_BLOCK, n) for n in names]
+
+    def releasers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "tiermem-release"}
+
+    others = releasers()  # other clients' (tests share the process)
+    for _ in range(20):
+        got = client.dataplane.get_many(refs, path="shm")
+        assert [bytes(f.data[:1]) for f in got] == [b"\x05"] * 4
+    # every read's leases end without the caller waiting, sent by one thread
+    wait_for(lambda: len(daemon.dataplane.shm._leases) == 0, "the leases to be released")
+    assert len(releasers() - others) == 1
+    client.close()  # sends what is queued, and the thread stops
+    assert not releasers() - others
