@@ -12,7 +12,8 @@ each move's copy cost. It is solved as a greedy knapsack, fastest tier first:
    access recomputes or refetches) for the rest;
 2. HBM, then DRAM, is filled by *benefit density*: accesses/s times the access
    time saved against the next tier down, per byte. An object already in the
-   tier competes with that density; a challenger must first pay its move
+   tier competes with its *keep value* (``keep_values``: that density plus the
+   copy its eviction would need, per horizon); a challenger must first pay its move
    (``migration_cost / horizon_s``) and then beat the incumbents by the
    ``hysteresis`` margin, so estimates that wobble do not make objects flap;
 3. the moves from current to target placement are ordered so that no tier
@@ -81,9 +82,10 @@ class PlannerConfig:
     quotas: Mapping[tuple[int, int], int] = field(default_factory=dict)
     """(namespace id, tier) -> most bytes that namespace may hold on that tier."""
     incumbent_leave_cost: bool = True
-    """A resident's value includes the copy its eviction would need (per horizon):
-    an object without an SSD copy whose floor is SSD must be written there to leave
-    memory, so it is worth keeping over a dropped-for-free one of equal rate."""
+    """Residents compete (in plans and as victims) with ``Planner.keep_values``: the
+    access time they save plus the copy their eviction would need, so one without
+    an SSD copy is worth keeping over one that leaves for free at the same rate.
+    False: with their access density alone (the order before 2026-11-30)."""
     remote_policy: str = "instead_of_drop"
     """Which CACHE objects without an SSD place go to the REMOTE tier (when one is
     enabled and the kind may live there): "instead_of_drop" — every one whose remote
