@@ -227,6 +227,10 @@ class SessionPool:
             with self._lock:
                 self._unsupported.add(address)
             raise SessionsUnsupported(address)
+        if status.code == "RESOURCE_EXHAUSTED":
+            # every bulk connection slot is taken: like a broken channel, the
+            # caller goes another way (gRPC) for a while rather than failing
+            raise BulkBroken(f"bulk session to {address} refused: {status.message}")
         raise error_for(status.code, status.message, status.request_id)
 
     @contextmanager

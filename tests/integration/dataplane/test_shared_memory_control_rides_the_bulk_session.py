@@ -171,3 +171,20 @@ def test_releases_sent_without_waiting_are_answered_before_the_next_request(
             c.dataplane.put_many([PutItem(Kind.KV_BLOCK, "r2", data[0])], path="bulk")
         assert sessions_opened(daemon) == 1
         wait_for(lambda: daemon.store.leases.active == 0, "the last release to be served")
+
+
+def test_with_every_bulk_connection_taken_shm_control_goes_over_grpc(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    """Sessions hold bulk connection slots; when the daemon has none left the
+    client's shared-memory gets and puts still work, negotiated over gRPC."""
+    daemon = make_daemon(dataplane={"bulk": {"max_connections": 1}})
+    holder, opened = open_session(daemon)  # takes the only slot
+    assert opened.code == "OK"
+    data = values(2, 300 << 10)
+    with holder, Client(daemon.address) as c:
+        items = [PutItem(Kind.KV_BLOCK, f"full{i}", d) for i, d in enumerate(data)]
+        c.dataplane.put_many(items, path="shm")
+        refs = [ObjectRef(Kind.KV_BLOCK, f"full{i}") for i in range(len(data))]
+        assert [bytes(f.data) for f in c.dataplane.get_many(refs, path="shm")] == data
+        assert c.path_stats()["shm"]["gets"] == 2
