@@ -23,19 +23,15 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry, start_http_server
 
 from tiermem import __version__
-from tiermem.dataplane_wire import OP_COMMIT, OP_LEASE, OP_LOOKUP, OP_RELEASE, OP_RESERVE
+from tiermem.dataplane_wire import OP_LOOKUP
 from tiermem.placement.access import AccessModel
 from tiermem.server.api.access import AccessInterceptor
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.agent import OperatorServicer, ScratchServicer, SessionServicer
 from tiermem.server.api.blobs import BlobServicer
-from tiermem.server.api.bulk_session import BulkSessions, UnaryOp
+from tiermem.server.api.bulk_session import BulkSessions, UnaryOp, shm_ops
 from tiermem.server.api.dataplane import (
     DataPlaneServicer,
-    commit_reply,
-    lease_reply,
-    release_reply,
-    reserve_reply,
 )
 from tiermem.server.api.integrity import IntegrityServicer
 from tiermem.server.api.interceptor import ServerInterceptor
@@ -213,7 +209,6 @@ class Daemon:
         self.dataplane = DataPlane(self.objects, cfg, self.metrics)
         kv = self.kv
         plane = self.dataplane
-        dp_method = "/tiermem.v1.DataPlaneService/"
         #: requests on the bulk channel without a gRPC call each (by op)
         self.bulk_sessions = BulkSessions(
             plane.transfers,
@@ -226,26 +221,7 @@ class Daemon:
                     kv_pb2.LookupPrefixRequest,
                     lambda _owner, _acting, request: lookup_prefix_reply(kv, request),
                 ),
-                OP_LEASE: UnaryOp(
-                    dp_method + "Lease",
-                    dataplane_pb2.LeaseRequest,
-                    lambda owner, acting, request: lease_reply(plane, owner, acting, request),
-                ),
-                OP_RELEASE: UnaryOp(
-                    dp_method + "Release",
-                    dataplane_pb2.ReleaseRequest,
-                    lambda owner, _acting, request: release_reply(plane, owner, request),
-                ),
-                OP_RESERVE: UnaryOp(
-                    dp_method + "Reserve",
-                    dataplane_pb2.ReserveRequest,
-                    lambda owner, acting, request: reserve_reply(plane, owner, acting, request),
-                ),
-                OP_COMMIT: UnaryOp(
-                    dp_method + "Commit",
-                    dataplane_pb2.CommitRequest,
-                    lambda owner, _acting, request: commit_reply(plane, owner, request),
-                ),
+                **shm_ops(plane),
             },
         )
         self.dataplane.serve_sessions(self.bulk_sessions.serve)

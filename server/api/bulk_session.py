@@ -38,20 +38,31 @@ from tiermem.dataplane_wire import (
     LENGTH,
     MAX_ACTING_BYTES,
     MAX_REQUEST_BYTES,
+    OP_COMMIT,
     OP_GET,
+    OP_LEASE,
     OP_PUT,
+    OP_RELEASE,
+    OP_RESERVE,
     PIPELINED_PUT_MAX_BYTES,
     REQUEST,
     frame,
 )
 from tiermem.server.api.access import Authenticator
 from tiermem.server.api.convert import put_spec
-from tiermem.server.api.dataplane import ticket_message
+from tiermem.server.api.dataplane import (
+    commit_reply,
+    lease_reply,
+    release_reply,
+    reserve_reply,
+    ticket_message,
+)
 from tiermem.server.api.interceptor import new_request_id, request_id
 from tiermem.server.api.namespaces import authorize_request
 from tiermem.server.config import Config
 from tiermem.server.dataplane.bulk import Closed, recv_exact, status
 from tiermem.server.dataplane.identity import principal_of
+from tiermem.server.dataplane.plane import DataPlane
 from tiermem.server.dataplane.transfers import BulkTransfers, TransferBroken
 from tiermem.server.errors import (
     InvalidArgument,
@@ -83,6 +94,34 @@ class UnaryOp:
     def label(self) -> str:
         """The method's name in request metrics ("KvService/LookupPrefix")."""
         return self.method.rsplit(".", 1)[-1]
+
+
+def shm_ops(plane: DataPlane) -> dict[int, UnaryOp]:
+    """The shared-memory control ops (Lease, Release, Reserve, Commit): each
+    runs its gRPC method's reply function with the session's principal as the
+    lease owner."""
+    return {
+        OP_LEASE: UnaryOp(
+            _METHOD + "Lease",
+            dataplane_pb2.LeaseRequest,
+            lambda owner, acting, request: lease_reply(plane, owner, acting, request),
+        ),
+        OP_RELEASE: UnaryOp(
+            _METHOD + "Release",
+            dataplane_pb2.ReleaseRequest,
+            lambda owner, _acting, request: release_reply(plane, owner, request),
+        ),
+        OP_RESERVE: UnaryOp(
+            _METHOD + "Reserve",
+            dataplane_pb2.ReserveRequest,
+            lambda owner, acting, request: reserve_reply(plane, owner, acting, request),
+        ),
+        OP_COMMIT: UnaryOp(
+            _METHOD + "Commit",
+            dataplane_pb2.CommitRequest,
+            lambda owner, _acting, request: commit_reply(plane, owner, request),
+        ),
+    }
 
 
 class BulkSessions:
