@@ -33,6 +33,7 @@ from tiermem.client.scratch import ScratchClient
 from tiermem.client.sessions import SESSION_METADATA, SessionsClient
 from tiermem.client.types import Kind, ObjectInfo, Profile, Stats
 from tiermem.client.vectors import VectorClient
+from tiermem.dataplane_wire import OP_DELETE, OP_LIST, OP_STAT
 from tiermem.v1 import admin_pb2, admin_pb2_grpc, object_pb2, object_pb2_grpc
 
 T = TypeVar("T")
@@ -247,9 +248,12 @@ class Client:
         request = object_pb2.StatRequest(
             key=_wire.object_key(namespace or self.namespace, kind, key)
         )
-        reply = self._call(
-            lambda t: self._objects.Stat(request, timeout=t, metadata=self._metadata), timeout_s
-        )
+        reply = self.dataplane.unary(OP_STAT, request, object_pb2.StatResponse(), timeout_s)
+        if reply is None:  # no bulk session to carry it: gRPC
+            reply = self._call(
+                lambda t: self._objects.Stat(request, timeout=t, metadata=self._metadata),
+                timeout_s,
+            )
         return _wire.info(reply.meta)
 
     def delete(
@@ -258,9 +262,12 @@ class Client:
         request = object_pb2.DeleteRequest(
             key=_wire.object_key(namespace or self.namespace, kind, key)
         )
-        reply = self._call(
-            lambda t: self._objects.Delete(request, timeout=t, metadata=self._metadata), timeout_s
-        )
+        reply = self.dataplane.unary(OP_DELETE, request, object_pb2.DeleteResponse(), timeout_s)
+        if reply is None:
+            reply = self._call(
+                lambda t: self._objects.Delete(request, timeout=t, metadata=self._metadata),
+                timeout_s,
+            )
         return bool(reply.deleted)
 
     def list(
@@ -284,7 +291,9 @@ class Client:
                 page_size=page_size,
                 page_token=token,
             )
-            reply = self._call(self._list_page(request), timeout_s)
+            reply = self.dataplane.unary(OP_LIST, request, object_pb2.ListResponse(), timeout_s)
+            if reply is None:
+                reply = self._call(self._list_page(request), timeout_s)
             for meta in reply.objects:
                 yield _wire.info(meta)
             token = reply.next_page_token

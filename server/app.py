@@ -29,7 +29,7 @@ from tiermem.server.api.access import AccessInterceptor
 from tiermem.server.api.admin import AdminServicer
 from tiermem.server.api.agent import OperatorServicer, ScratchServicer, SessionServicer
 from tiermem.server.api.blobs import BlobServicer
-from tiermem.server.api.bulk_session import BulkSessions, UnaryOp, shm_ops
+from tiermem.server.api.bulk_session import BulkSessions, UnaryOp, object_ops, shm_ops
 from tiermem.server.api.dataplane import (
     DataPlaneServicer,
 )
@@ -222,6 +222,7 @@ class Daemon:
                     lambda _owner, _acting, request: lookup_prefix_reply(kv, request),
                 ),
                 **shm_ops(plane),
+                **object_ops(self.objects),
             },
         )
         self.dataplane.serve_sessions(self.bulk_sessions.serve)

@@ -85,6 +85,11 @@ OP_LEASE = 4
 OP_RELEASE = 5
 OP_RESERVE = 6
 OP_COMMIT = 7
+#: ObjectService's Stat, Delete and List on a session (same messages as gRPC):
+#: a local client's metadata calls need no gRPC call either.
+OP_STAT = 8
+OP_DELETE = 9
+OP_LIST = 10
 #: Largest request payload (a BeginPut/BeginGet message) a daemon reads.
 MAX_REQUEST_BYTES = 16 << 20
 #: Longest acting-session name in a session's opening frame.

@@ -64,6 +64,7 @@ from tiermem.client.types import Kind, ObjectInfo, Profile
 from tiermem.dataplane_wire import (
     OP_COMMIT,
     OP_LEASE,
+    OP_LOOKUP,
     OP_RELEASE,
     OP_RESERVE,
     VERSION,
@@ -186,9 +187,9 @@ class DataPlane:
         self._bulk = BulkPool(token.encode())
         acting = dict(transport.metadata).get(SESSION_METADATA, "")
         self._sessions = SessionPool(token.encode(), acting)
-        self._session_lookups = True
-        # shared-memory control requests go on a bulk session while the daemon takes them
-        self._session_control = True
+        # unary requests (lookups, shared-memory control, Stat/Delete/List) go on a
+        # bulk session unless the daemon said its sessions do not take that op
+        self._session_ops_refused: set[int] = set()
         self._lock = threading.Lock()
         self._offer: _Offer | None = None
         self._bulk_down_until = 0.0
@@ -330,16 +331,26 @@ class DataPlane:
         timeout_s: float | None = None,
     ) -> list[ObjectInfo]:
         """Store objects; values of ``threshold_bytes`` and more go by the fastest
-        path (one negotiation per batch), smaller ones by gRPC. ``path`` forces a
-        path (it must be available). Returns their metadata in order."""
+        path (one negotiation per batch), smaller ones together in one put on a
+        bulk session when the daemon offers sessions (else one gRPC Put each).
+        Each group travelling together is committed as one unit (all or none).
+        ``path`` forces a path (it must be available). Returns their metadata in
+        order."""
         views = [_wire.as_view(item.data) for item in items]
         out: list[ObjectInfo | None] = [None] * len(items)
         large = [i for i, v in enumerate(views) if len(v) >= self.threshold_bytes]
         small = [i for i, v in enumerate(views) if len(v) < self.threshold_bytes]
         if path is not None:
             large, small = list(range(len(items))), []
-        for i in small:
-            out[i] = self._put_grpc(items[i], views[i], timeout_s)
+        if small:
+            for start, infos in self._batched(
+                small,
+                lambda idx: self._put_small(
+                    [items[i] for i in idx], [views[i] for i in idx], timeout_s
+                ),
+            ):
+                for j, info in enumerate(infos):
+                    out[small[start + j]] = info
         if large:
             for start, infos in self._batched(
                 large,
@@ -438,6 +449,31 @@ class DataPlane:
             if_absent=item.if_absent,
             verify=verify,
         )
+
+    def _put_small(
+        self, items: list[PutItem], views: list[memoryview], timeout_s: float | None
+    ) -> list[ObjectInfo]:
+        """Small values: one put on a bulk session (their bytes follow the request
+        at once: one round trip, no gRPC call); one gRPC Put each when no session
+        can carry them or the daemon says 'not now'."""
+        address = self._session_address(timeout_s)
+        if address is not None:
+            request = dataplane_pb2.BeginPutRequest(
+                objects=[
+                    self._header(item, view, self.verify)
+                    for item, view in zip(items, views, strict=True)
+                ]
+            )
+            try:
+                done = self._via_session(address, lambda s: s.put(request, views, self._refusal))
+            except _Fallback:
+                done = None
+            if done is not None:
+                self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
+                return [_wire.info(m) for m in done.metas]
+        return [
+            self._put_grpc(item, view, timeout_s) for item, view in zip(items, views, strict=True)
+        ]
 
     def _put_grpc(self, item: PutItem, view: memoryview, timeout_s: float | None) -> ObjectInfo:
         header = self._header(item, view, self.verify)
@@ -540,17 +576,18 @@ class DataPlane:
         """KvService.LookupPrefix over a bulk session (no gRPC call: a framed
         request on a pooled connection); None when no session can carry it (the
         caller then uses gRPC). The daemon's refusals are raised as over gRPC."""
-        address = self._session_address(timeout_s) if self._session_lookups else None
-        if address is None:
-            return None
+        return self.unary(OP_LOOKUP, request, kv_pb2.LookupPrefixResponse(), timeout_s)
+
+    def unary(
+        self, op: int, request: Message, reply: M, timeout_s: float | None = None
+    ) -> M | None:
+        """A request answered by one message (``OP_LOOKUP``, ``OP_STAT``,
+        ``OP_DELETE``, ``OP_LIST``: the gRPC method's own messages) on a bulk
+        session, parsed into ``reply``; None when no session can carry it (the
+        caller then calls gRPC). The daemon's refusals are raised as over gRPC."""
         try:
-            return self._via_session(address, lambda s: s.lookup(request))
+            return self._on_session(op, request, reply, timeout_s)
         except _Fallback:
-            return None
-        except InvalidArgumentError as exc:
-            if not exc.message.startswith("session request with op"):
-                raise
-            self._session_lookups = False  # a daemon whose sessions carry no lookups
             return None
 
     def _control(
@@ -567,6 +604,19 @@ class DataPlane:
         bulk session when the daemon takes them there (no gRPC call), else over
         gRPC. ``negotiate``: a path's first call ('not now / not here' answers
         mean: try the next path, see ``_negotiate_call``)."""
+        return self._control_via(op, request, reply, grpc_call, timeout_s, negotiate=negotiate)[0]
+
+    def _control_via(
+        self,
+        op: int,
+        request: Message,
+        reply: M,
+        grpc_call: Callable[[float], M],
+        timeout_s: float | None,
+        *,
+        negotiate: bool = False,
+    ) -> tuple[M, str]:
+        """``_control``, and the channel that carried it ("bulk" or "grpc")."""
         try:
             got = self._on_session(op, request, reply, timeout_s)
         except (FailedPreconditionError, CapacityError) as exc:
@@ -576,10 +626,10 @@ class DataPlane:
         except _Fallback:
             got = None  # the session broke: the same request over gRPC
         if got is not None:
-            return got
+            return got, "bulk"
         if negotiate:
-            return self._negotiate_call(grpc_call, timeout_s)
-        return self._call(grpc_call, timeout_s)
+            return self._negotiate_call(grpc_call, timeout_s), "grpc"
+        return self._call(grpc_call, timeout_s), "grpc"
 
     @overload
     def _on_session(
@@ -597,7 +647,9 @@ class DataPlane:
         """``request`` answered on a bulk session into ``reply`` (``reply`` None:
         sent without waiting for the answer, True); None when no session can
         carry it. The daemon's refusals are raised as over gRPC."""
-        address = self._session_address(timeout_s) if self._session_control else None
+        if op in self._session_ops_refused:
+            return None
+        address = self._session_address(timeout_s)
         if address is None:
             return None
         try:
@@ -612,7 +664,7 @@ class DataPlane:
         except InvalidArgumentError as exc:
             if not exc.message.startswith("session request with op"):
                 raise
-            self._session_control = False  # a daemon whose sessions carry no such op
+            self._session_ops_refused.add(op)  # a daemon whose sessions carry no such op
             return None
 
     def _session_address(self, timeout_s: float | None) -> str | None:
@@ -801,7 +853,7 @@ class DataPlane:
             keys=self._keys(refs), ttl_ms=self._lease_ttl_ms, inline_max_bytes=self.threshold_bytes
         )
         started = time.monotonic()
-        reply = self._control(
+        reply, carrier = self._control_via(
             OP_LEASE,
             request,
             dataplane_pb2.LeaseResponse(),
@@ -824,7 +876,8 @@ class DataPlane:
                     else arena.region(lease.offset, lease.length).data
                 )
                 data = _copy_out(src, target(i, info))
-                results.append(Fetched(info, data, "grpc" if lease.inline else "shm"))
+                # a value small enough to come back inline travelled in the reply
+                results.append(Fetched(info, data, carrier if lease.inline else "shm"))
             late = time.monotonic() > started + reply.ttl_ms / 1000.0
         finally:
             self._release_soon(lease_ids)

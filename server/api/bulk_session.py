@@ -11,10 +11,11 @@ of its gRPC twin: the same authorization of every namespace it names
 claimed within the session by the same principal, so the ticket table's
 bounds, budget and reaping hold as for gRPC-negotiated transfers.
 
-Requests answered by one message (``UnaryOp``: KV prefix lookups and the
-shared-memory Lease, Release, Reserve and Commit) run their gRPC method's
-reply function with the session's principal as the lease owner: a local
-client's control traffic for the arena needs no gRPC call either.
+Requests answered by one message (``UnaryOp``: KV prefix lookups, the
+shared-memory Lease, Release, Reserve and Commit, and ObjectService's Stat,
+Delete and List) run their gRPC method's reply function with the session's
+principal as the lease owner: a local client's control and metadata traffic
+needs no gRPC call either.
 
 A session is bound to the credentials that opened it: every request runs as
 that principal. It is closed when idle for ``dataplane.bulk.idle_timeout_s``,
@@ -39,11 +40,14 @@ from tiermem.dataplane_wire import (
     MAX_ACTING_BYTES,
     MAX_REQUEST_BYTES,
     OP_COMMIT,
+    OP_DELETE,
     OP_GET,
     OP_LEASE,
+    OP_LIST,
     OP_PUT,
     OP_RELEASE,
     OP_RESERVE,
+    OP_STAT,
     PIPELINED_PUT_MAX_BYTES,
     REQUEST,
     frame,
@@ -59,6 +63,7 @@ from tiermem.server.api.dataplane import (
 )
 from tiermem.server.api.interceptor import new_request_id, request_id
 from tiermem.server.api.namespaces import authorize_request
+from tiermem.server.api.objects import delete_reply, list_reply, stat_reply
 from tiermem.server.config import Config
 from tiermem.server.dataplane.bulk import Closed, recv_exact, status
 from tiermem.server.dataplane.identity import principal_of
@@ -73,7 +78,8 @@ from tiermem.server.metrics import Metrics
 from tiermem.server.model import validate_session
 from tiermem.server.protoconv import key_from_proto
 from tiermem.server.services.guard import Guard, Principal, current_deadline, current_principal
-from tiermem.v1 import dataplane_pb2
+from tiermem.server.services.objects import ObjectService
+from tiermem.v1 import dataplane_pb2, object_pb2
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +126,29 @@ def shm_ops(plane: DataPlane) -> dict[int, UnaryOp]:
             _METHOD + "Commit",
             dataplane_pb2.CommitRequest,
             lambda owner, _acting, request: commit_reply(plane, owner, request),
+        ),
+    }
+
+
+def object_ops(objects: ObjectService) -> dict[int, UnaryOp]:
+    """ObjectService's Stat, Delete and List: each runs its gRPC method's reply
+    function with the session's acting session."""
+    method = "/tiermem.v1.ObjectService/"
+    return {
+        OP_STAT: UnaryOp(
+            method + "Stat",
+            object_pb2.StatRequest,
+            lambda _owner, acting, request: stat_reply(objects, acting, request),
+        ),
+        OP_DELETE: UnaryOp(
+            method + "Delete",
+            object_pb2.DeleteRequest,
+            lambda _owner, acting, request: delete_reply(objects, acting, request),
+        ),
+        OP_LIST: UnaryOp(
+            method + "List",
+            object_pb2.ListRequest,
+            lambda _owner, acting, request: list_reply(objects, acting, request),
         ),
     }
 

@@ -23,6 +23,38 @@ def _chunks(requests: Iterator[object_pb2.PutRequest]) -> Iterator[bytes]:
         yield msg.chunk
 
 
+def stat_reply(
+    objects: ObjectService, acting: str, request: object_pb2.StatRequest
+) -> object_pb2.StatResponse:
+    """ObjectService.Stat's answer (gRPC and bulk sessions run this same code)."""
+    meta = objects.stat(key_from_proto(request.key), acting)
+    return object_pb2.StatResponse(meta=meta_to_proto(meta))
+
+
+def delete_reply(
+    objects: ObjectService, acting: str, request: object_pb2.DeleteRequest
+) -> object_pb2.DeleteResponse:
+    """ObjectService.Delete's answer (gRPC and bulk sessions)."""
+    freed = objects.delete(key_from_proto(request.key), acting)
+    return object_pb2.DeleteResponse(deleted=freed is not None, freed_bytes=freed or 0)
+
+
+def list_reply(
+    objects: ObjectService, acting: str, request: object_pb2.ListRequest
+) -> object_pb2.ListResponse:
+    """ObjectService.List's answer: one page (gRPC and bulk sessions)."""
+    metas, token = objects.list(
+        request.namespace,
+        optional_kind(request.kind),
+        request.key_prefix,
+        request.session,
+        request.page_size,
+        request.page_token,
+        acting,
+    )
+    return object_pb2.ListResponse(objects=[meta_to_proto(m) for m in metas], next_page_token=token)
+
+
 class ObjectServicer(object_pb2_grpc.ObjectServiceServicer):
     def __init__(self, objects: ObjectService, chunk_bytes: int) -> None:
         self._objects = objects
@@ -55,27 +87,14 @@ class ObjectServicer(object_pb2_grpc.ObjectServiceServicer):
     def Stat(
         self, request: object_pb2.StatRequest, context: grpc.ServicerContext
     ) -> object_pb2.StatResponse:
-        meta = self._objects.stat(key_from_proto(request.key), acting_session(context))
-        return object_pb2.StatResponse(meta=meta_to_proto(meta))
+        return stat_reply(self._objects, acting_session(context), request)
 
     def Delete(
         self, request: object_pb2.DeleteRequest, context: grpc.ServicerContext
     ) -> object_pb2.DeleteResponse:
-        freed = self._objects.delete(key_from_proto(request.key), acting_session(context))
-        return object_pb2.DeleteResponse(deleted=freed is not None, freed_bytes=freed or 0)
+        return delete_reply(self._objects, acting_session(context), request)
 
     def List(
         self, request: object_pb2.ListRequest, context: grpc.ServicerContext
     ) -> object_pb2.ListResponse:
-        metas, token = self._objects.list(
-            request.namespace,
-            optional_kind(request.kind),
-            request.key_prefix,
-            request.session,
-            request.page_size,
-            request.page_token,
-            acting_session(context),
-        )
-        return object_pb2.ListResponse(
-            objects=[meta_to_proto(m) for m in metas], next_page_token=token
-        )
+        return list_reply(self._objects, acting_session(context), request)

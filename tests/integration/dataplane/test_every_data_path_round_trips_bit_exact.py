@@ -56,12 +56,23 @@ def test_the_client_picks_shared_memory_then_bulk_then_grpc(daemon: Daemon) -> N
             assert stats[expected]["put_bytes"] == len(data)
 
 
-def test_small_values_use_grpc_and_come_back_inline(client: Client) -> None:
+def test_small_values_ride_the_bulk_session_and_come_back_inline(client: Client) -> None:
     client.put(Kind.SCRATCH, "tiny", b"note")
     assert client.get(Kind.SCRATCH, "tiny") == b"note"
     stats = client.path_stats()
-    assert stats["grpc"]["puts"] == 1 and stats["grpc"]["gets"] == 1
+    assert stats["bulk"]["puts"] == 1 and stats["bulk"]["gets"] == 1
     assert stats["shm"]["puts"] == 0 and stats["shm"]["gets"] == 0
+    assert stats["grpc"]["puts"] == 0 and stats["grpc"]["gets"] == 0
+
+
+def test_small_values_use_grpc_when_the_fast_paths_are_off(daemon: Daemon) -> None:
+    with Client(daemon.address, fast_paths=("grpc",)) as c:
+        c.put(Kind.SCRATCH, "tiny", b"note")
+        assert c.get(Kind.SCRATCH, "tiny") == b"note"
+        assert c.stat(Kind.SCRATCH, "tiny").size_bytes == 4
+        stats = c.path_stats()
+        assert stats["grpc"]["puts"] == 1 and stats["grpc"]["gets"] == 1
+        assert stats["bulk"]["puts"] == 0 and stats["bulk"]["gets"] == 0
 
 
 def test_batches_keep_their_order_and_get_into_caller_buffers(client: Client) -> None:
