@@ -360,7 +360,7 @@ class BulkChannelConfig(_Section):
     """Seconds a ticket stays valid before its transfer must start."""
     max_tickets: int = Field(default=4096, ge=1)
     """Tickets outstanding at once; beyond this BeginPut/BeginGet get RESOURCE_EXHAUSTED."""
-    max_connections: int = Field(default=64, ge=1)
+    max_connections: int = Field(default=256, ge=1)
     """Bulk connections served at once; more are refused."""
     io_timeout_s: float = Field(default=30.0, gt=0)
     """A connection that sends or accepts nothing for this long is cut (the transfer fails)."""

@@ -43,7 +43,7 @@ def list_reply(
     objects: ObjectService, acting: str, request: object_pb2.ListRequest
 ) -> object_pb2.ListResponse:
     """ObjectService.List's answer: one page (gRPC and bulk sessions)."""
-    metas, token = objects.list(
+    page, token = objects.list_wire(
         request.namespace,
         optional_kind(request.kind),
         request.key_prefix,
@@ -52,7 +52,7 @@ def list_reply(
         request.page_token,
         acting,
     )
-    return object_pb2.ListResponse(objects=[meta_to_proto(m) for m in metas], next_page_token=token)
+    return object_pb2.ListResponse(objects=[wire for _meta, wire in page], next_page_token=token)
 
 
 class ObjectServicer(object_pb2_grpc.ObjectServiceServicer):

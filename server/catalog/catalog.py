@@ -340,6 +340,11 @@ class Catalog:
         rec = self.record(encoded_key)
         if rec is None:
             raise NotFound(f"object {ObjectKey.decode(encoded_key)} not found")
+        return self.compose(rec, entry)
+
+    def compose(self, rec: StoredRecord, entry: Entry) -> tuple[ObjectMeta, pb.ObjectMeta]:
+        """A record's metadata with the live fields from ``entry``, as the domain
+        object and as the record's own wire message (updated in place)."""
         meta = self.meta_from_record(rec, entry)
         wire = rec.meta
         wire.tier = meta.tier  # type: ignore[assignment]

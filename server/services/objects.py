@@ -892,6 +892,23 @@ class ObjectService:
         caller: str = "",
     ) -> tuple[list[ObjectMeta], str]:
         """A page of objects; a caller acting as a session sees only what it may read."""
+        page, token = self.list_wire(
+            namespace, kind, prefix, session, page_size, page_token, caller
+        )
+        return [meta for meta, _wire in page], token
+
+    def list_wire(
+        self,
+        namespace: str,
+        kind: Kind | None,
+        prefix: str,
+        session: str,
+        page_size: int,
+        page_token: str,
+        caller: str = "",
+    ) -> tuple[list[tuple[ObjectMeta, pb.ObjectMeta]], str]:
+        """``list``, each object with its wire metadata (the catalog record's own
+        message with the live fields set), so a reply need not convert it back."""
         validate_namespace(namespace)
         with self.store.guard.admit(namespace, Role.READ):
             return self._list(namespace, kind, prefix, session, page_size, page_token, caller)
@@ -905,7 +922,7 @@ class ObjectService:
         page_size: int,
         page_token: str,
         caller: str,
-    ) -> tuple[builtins.list[ObjectMeta], str]:
+    ) -> tuple[builtins.list[tuple[ObjectMeta, pb.ObjectMeta]], str]:
         check_deadline = self.store.guard.check_deadline
         limit = self.store.config.limits.list_page_max
         if page_size > limit:
@@ -915,7 +932,7 @@ class ObjectService:
         with self.store.lock:
             self.catalog.namespace_id(namespace)
         scope = key_prefix(namespace, kind, prefix)
-        out: builtins.list[ObjectMeta] = []
+        out: builtins.list[tuple[ObjectMeta, pb.ObjectMeta]] = []
         last = b""
         if session:
             keys = (k for k in self.catalog.session_keys(session, _session_start(session, start)))
@@ -927,10 +944,10 @@ class ObjectService:
                     rec = self.catalog.record(encoded) if entry is not None else None
                     if entry is None or rec is None:
                         continue
-                    meta = self.catalog.meta_from_record(rec, entry)
+                    meta, wire = self.catalog.compose(rec, entry)
                     if not self._visible(meta, caller):
                         continue
-                    out.append(meta)
+                    out.append((meta, wire))
                 last = encoded
                 if len(out) >= page_size:
                     break
@@ -943,10 +960,10 @@ class ObjectService:
                     entry = self.catalog.find(encoded)
                     if entry is None:
                         continue
-                    meta = self.catalog.meta_from_record(rec, entry)
+                    meta, wire = self.catalog.compose(rec, entry)
                     if not self._visible(meta, caller):
                         continue
-                    out.append(meta)
+                    out.append((meta, wire))
                 last = encoded
                 if len(out) >= page_size:
                     break
