@@ -906,7 +906,7 @@ class ObjectService:
         page_size: int,
         page_token: str,
         caller: str = "",
-    ) -> tuple[list[tuple[ObjectMeta, pb.ObjectMeta]], str]:
+    ) -> tuple[builtins.list[tuple[ObjectMeta, pb.ObjectMeta]], str]:
         """``list``, each object with its wire metadata (the catalog record's own
         message with the live fields set), so a reply need not convert it back."""
         validate_namespace(namespace)
