@@ -12,7 +12,8 @@ each move's copy cost. It is solved as a greedy knapsack, fastest tier first:
    access recomputes or refetches) for the rest;
 2. HBM, then DRAM, is filled by *benefit density*: accesses/s times the access
    time saved against the next tier down, per byte. An object already in the
-   tier competes with that density; a challenger must first pay its move
+   tier competes with its *keep value* (``keep_values``: that density plus the
+   copy its eviction would need, per horizon); a challenger must first pay its move
    (``migration_cost / horizon_s``) and then beat the incumbents by the
    ``hysteresis`` margin, so estimates that wobble do not make objects flap;
 3. the moves from current to target placement are ordered so that no tier
@@ -70,12 +71,21 @@ _FULL_SLACK = 0.05
 class PlannerConfig:
     horizon_s: float = 30.0
     """A move must pay back its copy cost in access time saved within this time (s)."""
+    keep_horizon_s: float = 300.0
+    """A CACHE object's SSD copy must pay back its write in access time saved against
+    recomputing within this time (s); the copy stays until the SSD needs room,
+    so this may exceed ``horizon_s``."""
     hysteresis: float = 0.25
     """A challenger's density must exceed the incumbent's by this fraction."""
     max_move_bytes: int = 1 << 30
     """Bytes a plan may copy (promotions plus demotions that write an SSD copy)."""
     quotas: Mapping[tuple[int, int], int] = field(default_factory=dict)
     """(namespace id, tier) -> most bytes that namespace may hold on that tier."""
+    incumbent_leave_cost: bool = True
+    """Residents compete (in plans and as victims) with ``Planner.keep_values``: the
+    access time they save plus the copy their eviction would need, so one without
+    an SSD copy is worth keeping over one that leaves for free at the same rate.
+    False: with their access density alone (the order before 2026-11-30)."""
     remote_policy: str = "instead_of_drop"
     """Which CACHE objects without an SSD place go to the REMOTE tier (when one is
     enabled and the kind may live there): "instead_of_drop" — every one whose remote
@@ -209,7 +219,7 @@ class Planner:
         if ssd_ok:
             c_ssd = cost.access_cost(objs.size, objs.kind, SSD)
             write = cost.write_cost(objs.size, SSD)
-            pays = objs.rate * (c_drop - c_ssd) * self.config.horizon_s > write
+            pays = objs.rate * (c_drop - c_ssd) * self.config.keep_horizon_s > write
             to_ssd = durable | objs.persisted | pays
             floor = np.where(to_ssd, SSD, DROP).astype(np.float64)
             floor_cost = np.where(to_ssd, c_ssd, c_drop)
@@ -252,6 +262,54 @@ class Planner:
             out = np.where(ok, self.cost.access_cost(objs.size, objs.kind, lower), out)
         return out
 
+    def keep_values(self, objs: Objects, tier: int, tiers: Mapping[int, TierState]) -> F64:
+        """What holding each resident of ``tier`` is worth per second per byte:
+        the access time it saves against where it would go, plus the copy its
+        eviction would need. To the next memory tier down, that copy is paid over
+        the horizon. To the floor, an object with an SSD copy (or DURABLE) leaves
+        for free; one without either is dropped (a read then recomputes it) or
+        written to SSD, whichever costs less over the horizon, so a session block
+        that will be read back soon is not evicted as if it could leave for free,
+        and the value moves continuously with the rate."""
+        cost, cfg = self.cost, self.config
+        mem = self._memory_tiers(tiers)
+        floor, floor_cost = self._floor(objs, tiers)
+        c_t = cost.access_cost(objs.size, objs.kind, tier)
+        out = objs.rate * (floor_cost - c_t)
+        lower = None
+        for t in reversed([x for x in mem if x > tier]):
+            ok = cost.allowed(objs.kind, t)
+            lower = ok if lower is None else (lower | ok)
+        free = (objs.flags & FLAG_DURABLE) != 0
+        free |= objs.persisted | (floor == REMOTE)
+        if SSD in tiers and tiers[SSD].enabled:
+            leave = ~free & (floor != REMOTE)
+            if lower is not None:
+                leave &= ~lower
+            if leave.any():
+                i = np.flatnonzero(leave)
+                sub = objs.take(i)
+                r = sub.rate
+                c_drop = cost.access_cost(sub.size, sub.kind, DROP)
+                c_ssd = cost.access_cost(sub.size, sub.kind, SSD)
+                write = cost.write_cost(sub.size, SSD) + cost.access_cost(sub.size, sub.kind, tier)
+                out[i] = np.minimum(r * c_drop, r * c_ssd + write / cfg.horizon_s) - r * c_t[i]
+        if lower is not None and lower.any():
+            i = np.flatnonzero(lower)
+            sub = objs.take(i)
+            nxt = self._next_cost(sub, tier, mem, floor_cost[i])
+            dst = np.full(len(i), DROP, dtype=np.int64)
+            for t in reversed([x for x in mem if x > tier]):
+                dst = np.where(cost.allowed(sub.kind, t), t, dst)
+            copy = np.zeros(len(i))
+            for d in np.unique(dst).tolist():
+                sel = dst == d
+                copy[sel] = cost.migration_cost(
+                    sub.size[sel], np.full(int(sel.sum()), tier), int(d), sub.persisted[sel]
+                )
+            out[i] = sub.rate * (nxt - c_t[i]) + copy / cfg.horizon_s
+        return np.asarray(out / np.maximum(objs.size, 1), dtype=np.float64)
+
     def densities(self, objs: Objects, tier: int, tiers: Mapping[int, TierState]) -> F64:
         """Access time saved per second per byte by holding each object on ``tier``
         rather than on the next tier down (the order victims are chosen in)."""
@@ -278,7 +336,7 @@ class Planner:
         if ssd_ok:
             c_ssd = cost.access_cost_one(size, kind, SSD)
             write = float(cost.write_cost(size, SSD))
-            if rate * (c_drop - c_ssd) * self.config.horizon_s > write:
+            if rate * (c_drop - c_ssd) * self.config.keep_horizon_s > write:
                 return SSD, c_ssd
         if REMOTE in tiers and tiers[REMOTE].enabled and cost.allowed_one(kind, REMOTE):
             c_remote = cost.access_cost_one(size, kind, REMOTE)
@@ -408,7 +466,10 @@ class Planner:
         sub = objs.take(np.flatnonzero(sel))
         if nbytes <= 0 or len(sub) == 0:
             return Victims.empty()
-        dens = self.densities(sub, tier, tiers)
+        if self.config.incumbent_leave_cost:
+            dens = self.keep_values(sub, tier, tiers)
+        else:
+            dens = self.densities(sub, tier, tiers)
         pick = _lowest_until(dens, sub.size, nbytes, below_density)
         if len(pick) == 0:
             return Victims.empty()
@@ -454,6 +515,9 @@ class Planner:
             mig = cost.migration_cost(objs.size, objs.tier, t, objs.persisted)
             challenger = (gain - mig / cfg.horizon_s) / size_f / (1.0 + cfg.hysteresis)
             k = np.where(incumbent, dens, challenger)
+            if cfg.incumbent_leave_cost:  # a resident also saves the copy out
+                inc = np.flatnonzero(incumbent)
+                k[inc] = self.keep_values(objs.take(inc), t, tiers)
             if objs.evidence is not None:  # moving up needs evidence, not just a prior
                 cand &= incumbent | (objs.tier < t) | objs.evidence
             idx = np.flatnonzero(cand & (k > 0))

@@ -44,6 +44,7 @@ from tiermem.placement import (
     TierCost,
     TierState,
 )
+from tiermem.placement.access import session_kv
 from tiermem.placement.cost import DEFAULT_KIND_COSTS, CostReport, cost_report
 from tiermem.placement.model import DROP
 from tiermem.server.catalog.catalog import Entry
@@ -120,6 +121,7 @@ class PlacementService:
             self.cost,
             PlannerConfig(
                 horizon_s=config.horizon_s,
+                keep_horizon_s=config.keep_horizon_s,
                 hysteresis=config.hysteresis,
                 max_move_bytes=int(config.migrate_bandwidth_bytes_per_s * config.plan_interval_s),
                 remote_policy=remote.demote,
@@ -169,6 +171,7 @@ class PlacementService:
             c["kind"][rows],
             (flags & HINT_MASK) >> HINT_SHIFT,
             now,
+            session_kv(c["kind"][rows], c["sess"][rows]),
         )
         evidence = seen
         if self.deadlines:
@@ -204,7 +207,9 @@ class PlacementService:
         flags = int(c["flags"][row])
         atime = float(c["atime"][row])
         if flags & FLAG_SEEN:
-            rate = self.access.estimate_one(float(c["rate"][row]), atime, now)
+            rate = self.access.estimate_one(
+                float(c["rate"][row]), atime, now, self.catalog.session_kv(row)
+            )
         else:
             hint = (flags & HINT_MASK) >> HINT_SHIFT
             rate = self.catalog.learner.estimate_unseen(int(c["kind"][row]), hint, atime, now)
@@ -499,7 +504,9 @@ class PlacementService:
 
     # -- promotion on read ------------------------------------------------------------
     def _on_access(self, row: int, encoded: bytes | None) -> None:
-        """Catalog hook, under the lock: queue a promotion the planner wants."""
+        """Catalog hook, under the lock: the read a deadline announced happened (its
+        boost ends); queue a promotion the planner wants."""
+        self.deadlines.pop(row, None)
         if not self.config.promote_on_read or encoded is None:
             return
         promotion = self._promotion_for(row, time.time())
