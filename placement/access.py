@@ -129,6 +129,18 @@ class AccessModel:
         rate[rows] = rate[rows] * np.exp(-age / tau) + 1.0 / tau
         atime[rows] = now
 
+    def fresh_rate(self, kind: int, hint: int, durable: bool, prior: float) -> float | None:
+        """For a new CACHE object whose hint (or its kind's default) is HOT: the
+        rate it has right after one access, its put counted as a use as a cache
+        counts one (``Planner.admit``'s cache rule); None for any other object.
+        ``prior`` is its class's learned prior; the HOT hint is the client's word,
+        so it counts at least as this model's HOT prior for the kind (a learned
+        prior drifting down as reads teach the class would otherwise value each
+        new entry a little below the ones put before it)."""
+        if durable or (hint if hint != UNSPECIFIED else DEFAULT_HINTS.get(kind, WARM)) != HOT:
+            return None
+        return max(prior, self.prior(kind, HOT)) + 1.0 / self.tau_s
+
     def record_one(self, rate: float, atime: float, now: float, session: bool = False) -> float:
         """The new rate of one object accessed at ``now`` (scalar form of ``record``)."""
         tau = self.tau_one(session)

@@ -356,6 +356,7 @@ class Planner:
         durable: bool,
         tiers: Mapping[int, TierState],
         preferred_tier: int | None = None,
+        fresh_rate: float | None = None,
     ) -> list[Admission]:
         """Tiers to try for a new object, best first. ``displace_below``: residents
         less dense than the newcomer may be moved out to make room.
@@ -372,7 +373,22 @@ class Planner:
         not stored. A later read of it is a miss (the client recomputes the
         chunk), never wrong bytes. DURABLE objects never get DROP, nor does
         anything without an SSD tier to be spared (the list is then the memory
-        tiers that take it on merit, possibly none)."""
+        tiers that take it on merit, possibly none).
+
+        ``fresh_rate`` (``AccessModel.fresh_rate``: given for a new CACHE object
+        whose profile is HOT, the rate it has right after one access) applies
+        the cache rule: a fresh hot entry is worth more than the coldest old
+        one. The memory tier just above its floor (DRAM, or HBM where only HBM
+        may hold it) is offered before the floor whatever that tier's
+        threshold, and may make room by moving out residents whose value there
+        (``keep_values``, the measure ``victims`` orders by) is below the
+        newcomer's valued the same way: a resident just read, with no SSD copy.
+        Residents read again since, or hotter per byte (a vector shard read
+        every second), keep their place; faster tiers still go by merit.
+        Without it, a class prior that credits first reuse slowly
+        (``AccessModel.min_reuse_s``) valued each new KV block below the blocks
+        read once before it, so once DRAM was full every new block, however
+        hot, was written to SSD and read from there."""
         cost = self.cost
         mem = self._memory_tiers(tiers)
         ssd_ok = SSD in tiers and tiers[SSD].enabled and size <= tiers[SSD].capacity_bytes
@@ -388,6 +404,13 @@ class Planner:
         # dropping replaces an SSD write; without an SSD the daemon's cache rule
         # (a new entry displaces the least valuable residents) stays in charge
         droppable = floor == DROP and not durable and ssd_ok
+        # the cache rule: the memory tier just above the floor, for a fresh HOT
+        # CACHE entry that would otherwise go to its SSD (or REMOTE) floor
+        cache_tier = None
+        if fresh_rate is not None and not durable and not droppable:
+            holders = [t for t in mem if cost.allowed_one(kind, t)]
+            if holders and size <= tiers[holders[-1]].capacity_bytes:
+                cache_tier = holders[-1]
         for t in mem:
             state = tiers[t]
             if not cost.allowed_one(kind, t) or size > state.capacity_bytes:
@@ -399,6 +422,11 @@ class Planner:
                     break
             saved_per_s = rate * (nxt - cost.access_cost_one(size, kind, t))
             density = saved_per_s / max(size, 1)
+            if t == cache_tier and fresh_rate is not None:
+                fresh = self._fresh_value(size, kind, max(rate, fresh_rate), t, tiers)
+                if fresh > 0:
+                    out.append(Admission(t, max(density, fresh)))
+                    continue
             if density <= 0:
                 continue
             # a DURABLE object is written to SSD anyway: a memory copy is extra and
@@ -416,6 +444,25 @@ class Planner:
             out.append(Admission(SSD))
         seen: set[int] = set()
         return [a for a in out if not (a.tier in seen or seen.add(a.tier))]  # type: ignore[func-returns-value]
+
+    def _fresh_value(
+        self, size: int, kind: int, rate: float, tier: int, tiers: Mapping[int, TierState]
+    ) -> float:
+        """What a new object at ``rate`` would be worth as a resident of ``tier``,
+        in the measure ``victims`` compares residents by (``keep_values``, or
+        ``densities`` without ``incumbent_leave_cost``)."""
+        one = Objects(
+            rows=np.zeros(1, dtype=np.int64),
+            size=np.array([size], dtype=np.int64),
+            kind=np.array([kind], dtype=np.int64),
+            tier=np.array([tier], dtype=np.int64),
+            flags=np.zeros(1, dtype=np.uint8),
+            rate=np.array([rate], dtype=np.float64),
+            persisted=np.zeros(1, dtype=bool),
+        )
+        if self.config.incumbent_leave_cost:
+            return float(self.keep_values(one, tier, tiers)[0])
+        return float(self.densities(one, tier, tiers)[0])
 
     # -- promotion on access --------------------------------------------------------
     def promotion_target(

@@ -146,7 +146,10 @@ class Tiermem:
         self.atime[o] = t
         size = int(eng.size[o])
         durable = bool(eng.durable[o])
-        for adm in self.planner.admit(size, kind, prior, durable, eng.tier_states()):
+        fresh = self.access.fresh_rate(kind, hint, durable, prior)
+        for adm in self.planner.admit(
+            size, kind, prior, durable, eng.tier_states(), fresh_rate=fresh
+        ):
             if adm.tier == DROP:
                 # the daemon receives the bytes in free memory and drops them
                 # after the commit; with no free memory it writes an SSD copy

@@ -225,13 +225,15 @@ class PlacementService:
         """``Planner.admit`` for a new object of ``profile`` at its class's learned rate."""
         with self.store.lock:
             prior = self.catalog.learner.prior(int(kind), int(profile.hint))
+        durable = profile.durability == Durability.DURABLE
         return self.planner.admit(
             size,
             int(kind),
             prior,
-            profile.durability == Durability.DURABLE,
+            durable,
             states,
             int(profile.preferred_tier) if profile.preferred_tier is not None else None,
+            fresh_rate=self.access.fresh_rate(int(kind), int(profile.hint), durable, prior),
         )
 
     def reserve(self, size: int, profile: Profile, kind: Kind) -> Reservation:
