@@ -271,9 +271,7 @@ class PlacementService:
             engine = store.memory[tier]
             reservation = engine.reserve(size)
             if reservation is None and not profile.pin and adm.displace_below > 0:
-                need = engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes
-                self.make_room(tier, need, adm.displace_below)
-                reservation = engine.reserve(size)
+                reservation = self._reserve_making_room(tier, size, adm.displace_below)
             if reservation is not None:
                 if engine.used_bytes > states[int(tier)].high_bytes:
                     self.wake.set()
@@ -301,6 +299,25 @@ class PlacementService:
                 f"{Tier(t).name} {s.used_bytes}/{s.capacity_bytes}" for t, s in states.items()
             )
         )
+
+    def _reserve_making_room(
+        self, tier: Tier, size: int, below: float = float("inf"), attempts: int = 2
+    ) -> Reservation | None:
+        """Reserve ``size`` in a full memory tier, moving out residents worth less
+        than ``below`` first. A second round when the first freed its bytes but
+        the reservation still failed: a victim's space is freed only when its
+        last reader lets go (``Leases.free``), which a reader that just finished
+        may not have done yet."""
+        engine = self.store.memory[tier]
+        reservation = None
+        for _ in range(attempts):
+            need = engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes
+            if self.make_room(tier, need, below) <= 0:
+                return engine.reserve(size)
+            reservation = engine.reserve(size)
+            if reservation is not None:
+                return reservation
+        return reservation
 
     def _receive_buffer(self, size: int) -> Reservation | None:
         """Free memory (DRAM first) to receive a put admission will not keep; None
@@ -370,8 +387,7 @@ class PlacementService:
             raise CapacityExceeded(f"tier {tier.name} is not enabled")
         reservation = engine.reserve(size)
         if reservation is None and not profile.pin:
-            self.make_room(tier, engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes)
-            reservation = engine.reserve(size)
+            reservation = self._reserve_making_room(tier, size)
         if reservation is None:
             raise CapacityExceeded(
                 f"{tier.name} cannot take {size} more bytes "
