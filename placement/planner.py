@@ -29,7 +29,9 @@ the shards save more access time per byte held.
 
 Admission (``admit``) and promotion on access (``promotion_target``) use the
 per-tier thresholds of the last plan (the density of the least valuable
-resident) so puts and reads between plans follow the same order.
+resident) so puts and reads between plans follow the same order; a fresh HOT
+CACHE entry is also offered the memory tier above its floor, displacing
+residents worth less than it would be just read (the cache rule, ``admit``).
 
 Pure: numpy in, numpy out; the daemon and the simulator run the same code.
 """
