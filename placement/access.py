@@ -8,11 +8,16 @@ exponentially decayed access count, in accesses per second, *as of* ``atime``::
     estimate at now:  rate * exp(-(now - atime) / tau)
 
 For a Poisson stream of rate lambda the estimate's mean is lambda; ``tau`` is
-``half_life_s / ln 2``. A new object starts with ``rate`` = the prior of its
-(kind, hint) class, so client hints count like observations that fade as real
-accesses take over. A next-access deadline (a profile field or a Prefetch
-call) adds ``1 / max(deadline - now, lead_s)`` until shortly after the
-deadline, so an object due soon outranks one merely warm.
+``half_life_s / ln 2``. KV blocks of a session (a multi-turn conversation's
+history: read once per turn, worthless once the session ends, which nothing
+announces) use the shorter ``session_half_life_s``: a finished session's
+blocks lose their value within a few think times, while shared data (prefix
+blocks, vectors, blobs, scratch) keeps a longer memory. A new object starts
+with ``rate`` = the prior of its (kind, hint) class, so client hints count like
+observations that fade as real accesses take over. A next-access deadline (a
+profile field or a Prefetch call) announces one read: it adds
+``1 / max(deadline - now, lead_s)`` until the object is read or shortly after
+the deadline.
 
 Twelve bytes per object, every update and estimate vectorised over numpy
 columns: a million objects cost 12 MB and a few milliseconds per estimate.
@@ -54,27 +59,53 @@ def _prior_table(priors: dict[int, dict[int, float]]) -> FloatArray:
     return table
 
 
+def session_kv(kind: npt.NDArray[Any], session: npt.NDArray[Any]) -> npt.NDArray[np.bool_]:
+    """Which objects are KV blocks of a session (``session`` ids, 0 = none): their
+    rates use ``AccessModel.session_half_life_s``."""
+    return np.asarray((np.asarray(kind) == KV_BLOCK) & (np.asarray(session) != 0), dtype=bool)
+
+
 @dataclass(frozen=True, slots=True)
 class AccessModel:
-    half_life_s: float = 20.0
+    half_life_s: float = 40.0
     """Time for an access's weight in the rate estimate to halve (seconds)."""
-    deadline_lead_s: float = 1.0
-    """A deadline closer than this counts as this close (caps the boost at 1/lead)."""
+    session_half_life_s: float = 10.0
+    """The same for KV blocks of a session (``session_kv``), seconds."""
+    deadline_lead_s: float = 10.0
+    """A deadline closer than this counts as this close: the boost is at most one
+    read per ``deadline_lead_s`` seconds (an announced read is one read, not a
+    stream: a smaller lead made every prefetched block outrank shared data)."""
     deadline_grace_s: float = 10.0
     """A deadline keeps boosting for this long after it passed (late readers)."""
+    min_reuse_s: float = 30.0
+    """The shortest mean time to first reuse ``PriorLearner`` credits a class with
+    (seconds): an unread object is given at least this long to be read back
+    before its prior has faded, and a learned prior is at most reuse / this."""
     priors_per_s: dict[int, dict[int, float]] = field(
         default_factory=lambda: {k: dict(v) for k, v in DEFAULT_PRIORS_PER_S.items()}
     )
     _table: FloatArray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.half_life_s <= 0:
-            raise ValueError("half_life_s must be positive")
+        if self.half_life_s <= 0 or self.session_half_life_s <= 0:
+            raise ValueError("half_life_s and session_half_life_s must be positive")
         object.__setattr__(self, "_table", _prior_table(self.priors_per_s))
 
     @property
     def tau_s(self) -> float:
         return self.half_life_s / math.log(2)
+
+    @property
+    def session_tau_s(self) -> float:
+        return self.session_half_life_s / math.log(2)
+
+    def _taus(self, session: npt.NDArray[np.bool_] | None) -> Any:
+        if session is None:
+            return self.tau_s
+        return np.where(session, self.session_tau_s, self.tau_s)
+
+    def tau_one(self, session: bool = False) -> float:
+        return self.session_tau_s if session else self.tau_s
 
     def prior(self, kind: int, hint: int) -> float:
         """Accesses per second assumed for a new object of this kind and hint."""
@@ -84,26 +115,51 @@ class AccessModel:
         return self._table[kinds.astype(np.intp), hints.astype(np.intp)]
 
     def record(
-        self, rate: npt.NDArray[Any], atime: npt.NDArray[Any], rows: Any, now: float
+        self,
+        rate: npt.NDArray[Any],
+        atime: npt.NDArray[Any],
+        rows: Any,
+        now: float,
+        session: npt.NDArray[np.bool_] | None = None,
     ) -> None:
-        """Count one access of ``rows`` (an int or an int array) at ``now``, in place."""
-        tau = self.tau_s
+        """Count one access of ``rows`` (an int or an int array) at ``now``, in place;
+        ``session``: per row, a KV block of a session (``session_kv``)."""
+        tau = self._taus(session)
         age = np.maximum(now - atime[rows], 0.0)
         rate[rows] = rate[rows] * np.exp(-age / tau) + 1.0 / tau
         atime[rows] = now
 
-    def record_one(self, rate: float, atime: float, now: float) -> float:
+    def fresh_rate(self, kind: int, hint: int, durable: bool, prior: float) -> float | None:
+        """For a new CACHE object whose hint (or its kind's default) is HOT: the
+        rate it has right after one access, its put counted as a use as a cache
+        counts one (``Planner.admit``'s cache rule); None for any other object.
+        ``prior`` is its class's learned prior; the HOT hint is the client's word,
+        so it counts at least as this model's HOT prior for the kind (a learned
+        prior drifting down as reads teach the class would otherwise value each
+        new entry a little below the ones put before it)."""
+        if durable or (hint if hint != UNSPECIFIED else DEFAULT_HINTS.get(kind, WARM)) != HOT:
+            return None
+        return max(prior, self.prior(kind, HOT)) + 1.0 / self.tau_s
+
+    def record_one(self, rate: float, atime: float, now: float, session: bool = False) -> float:
         """The new rate of one object accessed at ``now`` (scalar form of ``record``)."""
-        tau = self.tau_s
+        tau = self.tau_one(session)
         return rate * math.exp(-max(now - atime, 0.0) / tau) + 1.0 / tau
 
-    def estimate(self, rate: npt.NDArray[Any], atime: npt.NDArray[Any], now: float) -> FloatArray:
+    def estimate(
+        self,
+        rate: npt.NDArray[Any],
+        atime: npt.NDArray[Any],
+        now: float,
+        session: npt.NDArray[np.bool_] | None = None,
+    ) -> FloatArray:
         """Decayed access rates (accesses/s) at ``now``."""
         age = np.maximum(now - np.asarray(atime, dtype=np.float64), 0.0)
-        return np.asarray(rate, dtype=np.float64) * np.exp(-age / self.tau_s)
+        decay = np.exp(-age / self._taus(session))
+        return np.asarray(np.asarray(rate, dtype=np.float64) * decay, dtype=np.float64)
 
-    def estimate_one(self, rate: float, atime: float, now: float) -> float:
-        return rate * math.exp(-max(now - atime, 0.0) / self.tau_s)
+    def estimate_one(self, rate: float, atime: float, now: float, session: bool = False) -> float:
+        return rate * math.exp(-max(now - atime, 0.0) / self.tau_one(session))
 
     def deadline_boost(self, deadline: npt.NDArray[Any], now: float) -> FloatArray:
         """Extra accesses/s for objects expected by ``deadline`` (0 = none), unix s."""
@@ -169,7 +225,7 @@ class PriorLearner:
         firsts = float(self._firsts[kind, hint])
         reuse = min(firsts / puts, 1.0)
         mean_age = float(self._age[kind, hint]) / firsts if firsts > 0 else self.window_s
-        learned = reuse / max(mean_age, self.model.deadline_lead_s)
+        learned = reuse / max(mean_age, self.model.min_reuse_s)
         w = puts / (puts + self.min_samples)
         return w * learned + (1.0 - w) * default
 
@@ -181,7 +237,7 @@ class PriorLearner:
         firsts = float(self._firsts[kind, hint])
         if puts <= 0 or firsts <= 0:
             return tau
-        learned = min(max(float(self._age[kind, hint]) / firsts, self.model.deadline_lead_s), tau)
+        learned = min(max(float(self._age[kind, hint]) / firsts, self.model.min_reuse_s), tau)
         w = puts / (puts + self.min_samples)
         return w * learned + (1.0 - w) * tau
 
@@ -207,13 +263,15 @@ class PriorLearner:
         kind: npt.NDArray[Any],
         hint: npt.NDArray[Any],
         now: float,
+        session: npt.NDArray[np.bool_] | None = None,
     ) -> FloatArray:
         """Access rates at ``now``: objects read since written use their decayed
         counts; objects never read use their class's *current* prior, decayed by
         their age over the class's learned time to first reuse: if reused objects
         are mostly read back within T seconds, one unread for several T is
-        unlikely to be read at all (a newer one of the class ranks above it)."""
-        observed = self.model.estimate(rate, atime, now)
+        unlikely to be read at all (a newer one of the class ranks above it).
+        ``session``: KV blocks of a session (``session_kv``; None = none)."""
+        observed = self.model.estimate(rate, atime, now, session)
         if seen.all():
             return observed
         prior, reuse = self.table()

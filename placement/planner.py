@@ -12,7 +12,8 @@ each move's copy cost. It is solved as a greedy knapsack, fastest tier first:
    access recomputes or refetches) for the rest;
 2. HBM, then DRAM, is filled by *benefit density*: accesses/s times the access
    time saved against the next tier down, per byte. An object already in the
-   tier competes with that density; a challenger must first pay its move
+   tier competes with its *keep value* (``keep_values``: that density plus the
+   copy its eviction would need, per horizon); a challenger must first pay its move
    (``migration_cost / horizon_s``) and then beat the incumbents by the
    ``hysteresis`` margin, so estimates that wobble do not make objects flap;
 3. the moves from current to target placement are ordered so that no tier
@@ -28,7 +29,9 @@ the shards save more access time per byte held.
 
 Admission (``admit``) and promotion on access (``promotion_target``) use the
 per-tier thresholds of the last plan (the density of the least valuable
-resident) so puts and reads between plans follow the same order.
+resident) so puts and reads between plans follow the same order; a fresh HOT
+CACHE entry is also offered the memory tier above its floor, displacing
+residents worth less than it would be just read (the cache rule, ``admit``).
 
 Pure: numpy in, numpy out; the daemon and the simulator run the same code.
 """
@@ -70,12 +73,21 @@ _FULL_SLACK = 0.05
 class PlannerConfig:
     horizon_s: float = 30.0
     """A move must pay back its copy cost in access time saved within this time (s)."""
+    keep_horizon_s: float = 300.0
+    """A CACHE object's SSD copy must pay back its write in access time saved against
+    recomputing within this time (s); the copy stays until the SSD needs room,
+    so this may exceed ``horizon_s``."""
     hysteresis: float = 0.25
     """A challenger's density must exceed the incumbent's by this fraction."""
     max_move_bytes: int = 1 << 30
     """Bytes a plan may copy (promotions plus demotions that write an SSD copy)."""
     quotas: Mapping[tuple[int, int], int] = field(default_factory=dict)
     """(namespace id, tier) -> most bytes that namespace may hold on that tier."""
+    incumbent_leave_cost: bool = True
+    """Residents compete (in plans and as victims) with ``Planner.keep_values``: the
+    access time they save plus the copy their eviction would need, so one without
+    an SSD copy is worth keeping over one that leaves for free at the same rate.
+    False: with their access density alone (the order before 2026-11-30)."""
     remote_policy: str = "instead_of_drop"
     """Which CACHE objects without an SSD place go to the REMOTE tier (when one is
     enabled and the kind may live there): "instead_of_drop" — every one whose remote
@@ -209,7 +221,7 @@ class Planner:
         if ssd_ok:
             c_ssd = cost.access_cost(objs.size, objs.kind, SSD)
             write = cost.write_cost(objs.size, SSD)
-            pays = objs.rate * (c_drop - c_ssd) * self.config.horizon_s > write
+            pays = objs.rate * (c_drop - c_ssd) * self.config.keep_horizon_s > write
             to_ssd = durable | objs.persisted | pays
             floor = np.where(to_ssd, SSD, DROP).astype(np.float64)
             floor_cost = np.where(to_ssd, c_ssd, c_drop)
@@ -252,6 +264,54 @@ class Planner:
             out = np.where(ok, self.cost.access_cost(objs.size, objs.kind, lower), out)
         return out
 
+    def keep_values(self, objs: Objects, tier: int, tiers: Mapping[int, TierState]) -> F64:
+        """What holding each resident of ``tier`` is worth per second per byte:
+        the access time it saves against where it would go, plus the copy its
+        eviction would need. To the next memory tier down, that copy is paid over
+        the horizon. To the floor, an object with an SSD copy (or DURABLE) leaves
+        for free; one without either is dropped (a read then recomputes it) or
+        written to SSD, whichever costs less over the horizon, so a session block
+        that will be read back soon is not evicted as if it could leave for free,
+        and the value moves continuously with the rate."""
+        cost, cfg = self.cost, self.config
+        mem = self._memory_tiers(tiers)
+        floor, floor_cost = self._floor(objs, tiers)
+        c_t = cost.access_cost(objs.size, objs.kind, tier)
+        out = objs.rate * (floor_cost - c_t)
+        lower = None
+        for t in reversed([x for x in mem if x > tier]):
+            ok = cost.allowed(objs.kind, t)
+            lower = ok if lower is None else (lower | ok)
+        free = (objs.flags & FLAG_DURABLE) != 0
+        free |= objs.persisted | (floor == REMOTE)
+        if SSD in tiers and tiers[SSD].enabled:
+            leave = ~free & (floor != REMOTE)
+            if lower is not None:
+                leave &= ~lower
+            if leave.any():
+                i = np.flatnonzero(leave)
+                sub = objs.take(i)
+                r = sub.rate
+                c_drop = cost.access_cost(sub.size, sub.kind, DROP)
+                c_ssd = cost.access_cost(sub.size, sub.kind, SSD)
+                write = cost.write_cost(sub.size, SSD) + cost.access_cost(sub.size, sub.kind, tier)
+                out[i] = np.minimum(r * c_drop, r * c_ssd + write / cfg.horizon_s) - r * c_t[i]
+        if lower is not None and lower.any():
+            i = np.flatnonzero(lower)
+            sub = objs.take(i)
+            nxt = self._next_cost(sub, tier, mem, floor_cost[i])
+            dst = np.full(len(i), DROP, dtype=np.int64)
+            for t in reversed([x for x in mem if x > tier]):
+                dst = np.where(cost.allowed(sub.kind, t), t, dst)
+            copy = np.zeros(len(i))
+            for d in np.unique(dst).tolist():
+                sel = dst == d
+                copy[sel] = cost.migration_cost(
+                    sub.size[sel], np.full(int(sel.sum()), tier), int(d), sub.persisted[sel]
+                )
+            out[i] = sub.rate * (nxt - c_t[i]) + copy / cfg.horizon_s
+        return np.asarray(out / np.maximum(objs.size, 1), dtype=np.float64)
+
     def densities(self, objs: Objects, tier: int, tiers: Mapping[int, TierState]) -> F64:
         """Access time saved per second per byte by holding each object on ``tier``
         rather than on the next tier down (the order victims are chosen in)."""
@@ -278,7 +338,7 @@ class Planner:
         if ssd_ok:
             c_ssd = cost.access_cost_one(size, kind, SSD)
             write = float(cost.write_cost(size, SSD))
-            if rate * (c_drop - c_ssd) * self.config.horizon_s > write:
+            if rate * (c_drop - c_ssd) * self.config.keep_horizon_s > write:
                 return SSD, c_ssd
         if REMOTE in tiers and tiers[REMOTE].enabled and cost.allowed_one(kind, REMOTE):
             c_remote = cost.access_cost_one(size, kind, REMOTE)
@@ -298,6 +358,7 @@ class Planner:
         durable: bool,
         tiers: Mapping[int, TierState],
         preferred_tier: int | None = None,
+        fresh_rate: float | None = None,
     ) -> list[Admission]:
         """Tiers to try for a new object, best first. ``displace_below``: residents
         less dense than the newcomer may be moved out to make room.
@@ -314,7 +375,22 @@ class Planner:
         not stored. A later read of it is a miss (the client recomputes the
         chunk), never wrong bytes. DURABLE objects never get DROP, nor does
         anything without an SSD tier to be spared (the list is then the memory
-        tiers that take it on merit, possibly none)."""
+        tiers that take it on merit, possibly none).
+
+        ``fresh_rate`` (``AccessModel.fresh_rate``: given for a new CACHE object
+        whose profile is HOT, the rate it has right after one access) applies
+        the cache rule: a fresh hot entry is worth more than the coldest old
+        one. The memory tier just above its floor (DRAM, or HBM where only HBM
+        may hold it) is offered before the floor whatever that tier's
+        threshold, and may make room by moving out residents whose value there
+        (``keep_values``, the measure ``victims`` orders by) is below the
+        newcomer's valued the same way: a resident just read, with no SSD copy.
+        Residents read again since, or hotter per byte (a vector shard read
+        every second), keep their place; faster tiers still go by merit.
+        Without it, a class prior that credits first reuse slowly
+        (``AccessModel.min_reuse_s``) valued each new KV block below the blocks
+        read once before it, so once DRAM was full every new block, however
+        hot, was written to SSD and read from there."""
         cost = self.cost
         mem = self._memory_tiers(tiers)
         ssd_ok = SSD in tiers and tiers[SSD].enabled and size <= tiers[SSD].capacity_bytes
@@ -330,6 +406,13 @@ class Planner:
         # dropping replaces an SSD write; without an SSD the daemon's cache rule
         # (a new entry displaces the least valuable residents) stays in charge
         droppable = floor == DROP and not durable and ssd_ok
+        # the cache rule: the memory tier just above the floor, for a fresh HOT
+        # CACHE entry that would otherwise go to its SSD (or REMOTE) floor
+        cache_tier = None
+        if fresh_rate is not None and not durable and not droppable:
+            holders = [t for t in mem if cost.allowed_one(kind, t)]
+            if holders and size <= tiers[holders[-1]].capacity_bytes:
+                cache_tier = holders[-1]
         for t in mem:
             state = tiers[t]
             if not cost.allowed_one(kind, t) or size > state.capacity_bytes:
@@ -341,6 +424,11 @@ class Planner:
                     break
             saved_per_s = rate * (nxt - cost.access_cost_one(size, kind, t))
             density = saved_per_s / max(size, 1)
+            if t == cache_tier and fresh_rate is not None:
+                fresh = self._fresh_value(size, kind, max(rate, fresh_rate), t, tiers)
+                if fresh > 0:
+                    out.append(Admission(t, max(density, fresh)))
+                    continue
             if density <= 0:
                 continue
             # a DURABLE object is written to SSD anyway: a memory copy is extra and
@@ -358,6 +446,25 @@ class Planner:
             out.append(Admission(SSD))
         seen: set[int] = set()
         return [a for a in out if not (a.tier in seen or seen.add(a.tier))]  # type: ignore[func-returns-value]
+
+    def _fresh_value(
+        self, size: int, kind: int, rate: float, tier: int, tiers: Mapping[int, TierState]
+    ) -> float:
+        """What a new object at ``rate`` would be worth as a resident of ``tier``,
+        in the measure ``victims`` compares residents by (``keep_values``, or
+        ``densities`` without ``incumbent_leave_cost``)."""
+        one = Objects(
+            rows=np.zeros(1, dtype=np.int64),
+            size=np.array([size], dtype=np.int64),
+            kind=np.array([kind], dtype=np.int64),
+            tier=np.array([tier], dtype=np.int64),
+            flags=np.zeros(1, dtype=np.uint8),
+            rate=np.array([rate], dtype=np.float64),
+            persisted=np.zeros(1, dtype=bool),
+        )
+        if self.config.incumbent_leave_cost:
+            return float(self.keep_values(one, tier, tiers)[0])
+        return float(self.densities(one, tier, tiers)[0])
 
     # -- promotion on access --------------------------------------------------------
     def promotion_target(
@@ -408,7 +515,10 @@ class Planner:
         sub = objs.take(np.flatnonzero(sel))
         if nbytes <= 0 or len(sub) == 0:
             return Victims.empty()
-        dens = self.densities(sub, tier, tiers)
+        if self.config.incumbent_leave_cost:
+            dens = self.keep_values(sub, tier, tiers)
+        else:
+            dens = self.densities(sub, tier, tiers)
         pick = _lowest_until(dens, sub.size, nbytes, below_density)
         if len(pick) == 0:
             return Victims.empty()
@@ -454,6 +564,9 @@ class Planner:
             mig = cost.migration_cost(objs.size, objs.tier, t, objs.persisted)
             challenger = (gain - mig / cfg.horizon_s) / size_f / (1.0 + cfg.hysteresis)
             k = np.where(incumbent, dens, challenger)
+            if cfg.incumbent_leave_cost:  # a resident also saves the copy out
+                inc = np.flatnonzero(incumbent)
+                k[inc] = self.keep_values(objs.take(inc), t, tiers)
             if objs.evidence is not None:  # moving up needs evidence, not just a prior
                 cand &= incumbent | (objs.tier < t) | objs.evidence
             idx = np.flatnonzero(cand & (k > 0))

@@ -181,9 +181,10 @@ class Daemon:
         )
         self._engines = [*memory.values(), ssd]
         pcfg = cfg.placement
-        catalog = Catalog(
-            self._rocks, AccessModel(half_life_s=pcfg.rate_half_life_s), pcfg.recent_keys
+        access = AccessModel(
+            half_life_s=pcfg.rate_half_life_s, session_half_life_s=pcfg.session_rate_half_life_s
         )
+        catalog = Catalog(self._rocks, access, pcfg.recent_keys)
         remote_tier = None
         if cfg.tiers.remote.enabled:
             # connects on first use: the daemon serves its local tiers while the store is down

@@ -515,10 +515,16 @@ class PlacementConfig(_Section):
     periodic plan waits at least ``p / plan_cpu_fraction`` seconds."""
     migrate_bandwidth_bytes_per_s: ByteSize = ByteSize(512 * MiB)
     """Bytes per second the background migrator may copy between tiers."""
-    rate_half_life_s: float = Field(default=20.0, gt=0)
+    rate_half_life_s: float = Field(default=40.0, gt=0)
     """Half-life of an access in the decayed access-rate estimate (seconds)."""
+    session_rate_half_life_s: float = Field(default=10.0, gt=0)
+    """The same for KV blocks of a session (read once per turn, worthless once the
+    session ends), seconds."""
     horizon_s: float = Field(default=30.0, gt=0)
     """A move must pay back its copy cost in saved access time within this time (s)."""
+    keep_horizon_s: float = Field(default=300.0, gt=0)
+    """A CACHE object leaving memory gets an SSD copy (rather than being dropped) if
+    that copy pays back its write in recomputes avoided within this time (s)."""
     hysteresis: float = Field(default=0.25, ge=0)
     """A challenger must beat a resident's benefit density by this fraction to displace it."""
     promote_on_read: bool = True

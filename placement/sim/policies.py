@@ -26,7 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 import numpy.typing as npt
 
-from tiermem.placement.access import AccessModel, PriorLearner
+from tiermem.placement.access import AccessModel, PriorLearner, session_kv
 from tiermem.placement.model import (
     COLD,
     DRAM,
@@ -70,6 +70,8 @@ class Tiermem:
         self.deadline = np.zeros(n, dtype=np.float64)
         self.flags = np.where(engine.durable, FLAG_DURABLE, 0).astype(np.uint8)
         self.seen = np.zeros(n, dtype=bool)
+        #: KV blocks of a session (their rates fade faster; the daemon's ``sess`` column)
+        self.session = session_kv(engine.kind, engine.trace.session)
         self.learner = PriorLearner(self.access)
         self.plans = 0
         #: puts admission did not store (CACHE objects not worth an SSD copy)
@@ -81,7 +83,7 @@ class Tiermem:
         eng = self.eng
         rate = self.learner.estimate(
             self.rate[idx], self.atime[idx], self.seen[idx], eng.kind[idx],
-            eng.hint[idx], now,
+            eng.hint[idx], now, self.session[idx],
         )  # fmt: skip
         if self.use_hints:
             rate = rate + self.access.deadline_boost(self.deadline[idx], now)
@@ -98,7 +100,9 @@ class Tiermem:
 
     def _rate_now(self, o: int, now: float) -> float:
         if self.seen[o]:
-            r = self.access.estimate_one(float(self.rate[o]), float(self.atime[o]), now)
+            r = self.access.estimate_one(
+                float(self.rate[o]), float(self.atime[o]), now, bool(self.session[o])
+            )
         else:
             kind, hint = int(self.eng.kind[o]), int(self.eng.hint[o])
             r = self.learner.estimate_unseen(kind, hint, float(self.atime[o]), now)
@@ -142,7 +146,10 @@ class Tiermem:
         self.atime[o] = t
         size = int(eng.size[o])
         durable = bool(eng.durable[o])
-        for adm in self.planner.admit(size, kind, prior, durable, eng.tier_states()):
+        fresh = self.access.fresh_rate(kind, hint, durable, prior)
+        for adm in self.planner.admit(
+            size, kind, prior, durable, eng.tier_states(), fresh_rate=fresh
+        ):
             if adm.tier == DROP:
                 # the daemon receives the bytes in free memory and drops them
                 # after the commit; with no free memory it writes an SSD copy
@@ -169,8 +176,11 @@ class Tiermem:
             self.seen[o] = True
             kind, hint = int(self.eng.kind[o]), int(self.eng.hint[o])
             self.learner.on_first_read(kind, hint, t - float(self.atime[o]), t)
-        self.rate[o] = self.access.record_one(float(self.rate[o]), float(self.atime[o]), t)
+        self.rate[o] = self.access.record_one(
+            float(self.rate[o]), float(self.atime[o]), t, bool(self.session[o])
+        )
         self.atime[o] = t
+        self.deadline[o] = 0.0  # the announced read happened
         self._promote(o, t)
 
     def _promote(self, o: int, t: float, piggyback: bool = True) -> None:

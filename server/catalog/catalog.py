@@ -239,9 +239,10 @@ class Catalog:
         prior = self.learner.prior(kind, hint)
         self.learner.on_put(kind, hint, now)
         if old_flags & FLAG_SEEN:  # an overwrite keeps what reads taught about the key
-            prior = max(
-                prior, self.access.estimate_one(float(c["rate"][row]), float(c["atime"][row]), now)
+            learned = self.access.estimate_one(
+                float(c["rate"][row]), float(c["atime"][row]), now, self.session_kv(row)
             )
+            prior = max(prior, learned)
         c["rate"][row] = prior
         c["atime"][row] = now
         old_sess = int(c["sess"][row])
@@ -293,6 +294,12 @@ class Catalog:
         c = self.index.cols["flags"]
         c[row] = (int(c[row]) | FLAG_PINNED) if pinned else (int(c[row]) & ~FLAG_PINNED)
 
+    def session_kv(self, row: int) -> bool:
+        """Whether ``row`` is a KV block of a session (its rate fades faster:
+        ``AccessModel.session_half_life_s``)."""
+        c = self.index.cols
+        return int(c["kind"][row]) == Kind.KV_BLOCK and int(c["sess"][row]) != 0
+
     def touch(self, row: int, encoded_key: bytes | None = None) -> None:
         """Count a read of ``row`` now: decayed rate, last access, first-read
         learning; remember its key if it is served from SSD (so it can be
@@ -304,7 +311,9 @@ class Catalog:
             c["flags"][row] = flags | FLAG_SEEN
             hint = (flags & HINT_MASK) >> HINT_SHIFT
             self.learner.on_first_read(int(c["kind"][row]), hint, now - float(c["atime"][row]), now)
-        c["rate"][row] = self.access.record_one(float(c["rate"][row]), float(c["atime"][row]), now)
+        c["rate"][row] = self.access.record_one(
+            float(c["rate"][row]), float(c["atime"][row]), now, self.session_kv(row)
+        )
         c["atime"][row] = now
         if encoded_key is not None and row not in self.resident_keys:
             self.remember(row, encoded_key)

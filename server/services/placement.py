@@ -44,6 +44,7 @@ from tiermem.placement import (
     TierCost,
     TierState,
 )
+from tiermem.placement.access import session_kv
 from tiermem.placement.cost import DEFAULT_KIND_COSTS, CostReport, cost_report
 from tiermem.placement.model import DROP
 from tiermem.server.catalog.catalog import Entry
@@ -120,6 +121,7 @@ class PlacementService:
             self.cost,
             PlannerConfig(
                 horizon_s=config.horizon_s,
+                keep_horizon_s=config.keep_horizon_s,
                 hysteresis=config.hysteresis,
                 max_move_bytes=int(config.migrate_bandwidth_bytes_per_s * config.plan_interval_s),
                 remote_policy=remote.demote,
@@ -169,6 +171,7 @@ class PlacementService:
             c["kind"][rows],
             (flags & HINT_MASK) >> HINT_SHIFT,
             now,
+            session_kv(c["kind"][rows], c["sess"][rows]),
         )
         evidence = seen
         if self.deadlines:
@@ -204,7 +207,9 @@ class PlacementService:
         flags = int(c["flags"][row])
         atime = float(c["atime"][row])
         if flags & FLAG_SEEN:
-            rate = self.access.estimate_one(float(c["rate"][row]), atime, now)
+            rate = self.access.estimate_one(
+                float(c["rate"][row]), atime, now, self.catalog.session_kv(row)
+            )
         else:
             hint = (flags & HINT_MASK) >> HINT_SHIFT
             rate = self.catalog.learner.estimate_unseen(int(c["kind"][row]), hint, atime, now)
@@ -220,13 +225,15 @@ class PlacementService:
         """``Planner.admit`` for a new object of ``profile`` at its class's learned rate."""
         with self.store.lock:
             prior = self.catalog.learner.prior(int(kind), int(profile.hint))
+        durable = profile.durability == Durability.DURABLE
         return self.planner.admit(
             size,
             int(kind),
             prior,
-            profile.durability == Durability.DURABLE,
+            durable,
             states,
             int(profile.preferred_tier) if profile.preferred_tier is not None else None,
+            fresh_rate=self.access.fresh_rate(int(kind), int(profile.hint), durable, prior),
         )
 
     def reserve(self, size: int, profile: Profile, kind: Kind) -> Reservation:
@@ -264,9 +271,7 @@ class PlacementService:
             engine = store.memory[tier]
             reservation = engine.reserve(size)
             if reservation is None and not profile.pin and adm.displace_below > 0:
-                need = engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes
-                self.make_room(tier, need, adm.displace_below)
-                reservation = engine.reserve(size)
+                reservation = self._reserve_making_room(tier, size, adm.displace_below)
             if reservation is not None:
                 if engine.used_bytes > states[int(tier)].high_bytes:
                     self.wake.set()
@@ -294,6 +299,25 @@ class PlacementService:
                 f"{Tier(t).name} {s.used_bytes}/{s.capacity_bytes}" for t, s in states.items()
             )
         )
+
+    def _reserve_making_room(
+        self, tier: Tier, size: int, below: float = float("inf"), attempts: int = 2
+    ) -> Reservation | None:
+        """Reserve ``size`` in a full memory tier, moving out residents worth less
+        than ``below`` first. A second round when the first freed its bytes but
+        the reservation still failed: a victim's space is freed only when its
+        last reader lets go (``Leases.free``), which a reader that just finished
+        may not have done yet."""
+        engine = self.store.memory[tier]
+        reservation = None
+        for _ in range(attempts):
+            need = engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes
+            if self.make_room(tier, need, below) <= 0:
+                return engine.reserve(size)
+            reservation = engine.reserve(size)
+            if reservation is not None:
+                return reservation
+        return reservation
 
     def _receive_buffer(self, size: int) -> Reservation | None:
         """Free memory (DRAM first) to receive a put admission will not keep; None
@@ -363,8 +387,7 @@ class PlacementService:
             raise CapacityExceeded(f"tier {tier.name} is not enabled")
         reservation = engine.reserve(size)
         if reservation is None and not profile.pin:
-            self.make_room(tier, engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes)
-            reservation = engine.reserve(size)
+            reservation = self._reserve_making_room(tier, size)
         if reservation is None:
             raise CapacityExceeded(
                 f"{tier.name} cannot take {size} more bytes "
@@ -499,7 +522,9 @@ class PlacementService:
 
     # -- promotion on read ------------------------------------------------------------
     def _on_access(self, row: int, encoded: bytes | None) -> None:
-        """Catalog hook, under the lock: queue a promotion the planner wants."""
+        """Catalog hook, under the lock: the read a deadline announced happened (its
+        boost ends); queue a promotion the planner wants."""
+        self.deadlines.pop(row, None)
         if not self.config.promote_on_read or encoded is None:
             return
         promotion = self._promotion_for(row, time.time())

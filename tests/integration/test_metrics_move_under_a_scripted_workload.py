@@ -11,7 +11,7 @@ from collections.abc import Callable
 import grpc
 import pytest
 
-from tiermem.client import Client, Durability, Kind, Profile
+from tiermem.client import Client, Durability, Kind, Profile, Tier
 from tiermem.client.errors import NotFoundError
 from tiermem.server.app import SERVICE_NAMES, Daemon
 from tiermem.server.metrics import FIXED_LABEL_VALUES, OTHER_NAMESPACES
@@ -88,16 +88,20 @@ def test_counts_bytes_hit_ratios_usage_and_cost_follow_the_workload(
     cost = m("tiermem_cost_usd_per_hour", tier="SSD", kind="BLOB", namespace="default")
     assert cost == pytest.approx(5 * BLOB / GiB * price)
 
-    # Filling the 1 MiB DRAM tier demotes least recently used KV blocks to SSD.
+    # Filling the 1 MiB DRAM tier sends KV blocks to SSD: residents demoted to
+    # make room (counted as migrations) or, once the residents are worth more
+    # than a newcomer, newcomers admitted to SSD directly (the put names the tier).
     with Client(daemon.address, fast_paths=()) as c:  # counts gRPC RPCs
-        for i in range(6):
-            c.put(Kind.KV_BLOCK, f"big-{i}", b"k" * BIG_KV)
+        direct = sum(
+            c.put(Kind.KV_BLOCK, f"big-{i}", b"k" * BIG_KV).tier == Tier.SSD for i in range(6)
+        )
     daemon.maintain()
     moved = m("tiermem_migrations_total", from_tier="DRAM", to_tier="SSD", kind="KV_BLOCK")
     on_ssd = m("tiermem_objects", tier="SSD", kind="KV_BLOCK", namespace="default")
-    assert moved >= 2 and moved == on_ssd  # each block moved once, nothing promoted
+    assert moved >= 1 and moved + direct == on_ssd  # each block moved once, nothing promoted
     assert m("tiermem_migrated_bytes_total", from_tier="DRAM", to_tier="SSD", kind="KV_BLOCK") == (
         m("tiermem_object_bytes", tier="SSD", kind="KV_BLOCK", namespace="default")
+        - direct * BIG_KV
     )
     assert m("tiermem_planner_run_duration_seconds_count") >= 1
 

@@ -35,7 +35,7 @@ def test_a_deadline_boosts_until_shortly_after_it_passed() -> None:
 
 
 def test_priors_follow_the_hint_until_reads_teach_otherwise() -> None:
-    model = AccessModel()
+    model = AccessModel(min_reuse_s=1.0)
     learner = PriorLearner(model, window_s=1000.0, min_samples=10)
     assert learner.prior(KV_BLOCK, HOT) == model.prior(KV_BLOCK, HOT)
     for i in range(500):  # KV blocks that nobody reads back
@@ -96,3 +96,14 @@ def test_cost_report_prices_every_copy_by_tier_kind_namespace_and_session() -> N
     assert [line.name for line in report.sessions] == ["s7"]
     assert math.isclose(report.sessions[0].usd_per_hour, dram + 3 * ssd)
     assert math.isclose(report.capacity_usd_per_hour, 4 * dram + 100 * ssd)
+
+
+def test_a_learned_prior_credits_reuse_at_most_once_per_min_reuse_time() -> None:
+    model = AccessModel(min_reuse_s=30.0)
+    learner = PriorLearner(model, window_s=1000.0, min_samples=1)
+    for i in range(5000):  # every one read back 2 s after it was written
+        learner.on_put(VECTOR, HOT, float(i))
+        learner.on_first_read(VECTOR, HOT, 2.0, float(i) + 2)
+    assert abs(learner.prior(VECTOR, HOT) - 1.0 / 30.0) < 0.005
+    # and an unread object keeps at least that long to be read back
+    assert learner.reuse_time_s(VECTOR, HOT) >= 30.0 * 0.99

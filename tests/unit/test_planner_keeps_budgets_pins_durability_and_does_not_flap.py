@@ -112,9 +112,11 @@ def test_a_stationary_workload_settles_and_then_does_not_flap() -> None:
         objs = apply(objs, planner.plan(objs, tiers), tiers)
     # the same rates again: nothing moves
     assert len(planner.plan(objs, states(used_by(objs)))) == 0
-    # +-10% estimation noise: an object at the margin may move once, never back
+    # +-10% estimation noise: an object at the margin may move, never back to a
+    # tier it left (a swap between two full tiers may take two hops: HBM -> SSD
+    # when DRAM has no room yet, then SSD -> DRAM once it has)
     rate = objs.rate.copy()
-    moves: dict[int, int] = {}
+    visited: dict[int, list[int]] = {}
     for _ in range(20):
         noisy = Objects(
             objs.rows, objs.size, objs.kind, objs.tier, objs.flags,
@@ -122,13 +124,17 @@ def test_a_stationary_workload_settles_and_then_does_not_flap() -> None:
         )  # fmt: skip
         tiers = states(used_by(noisy))
         plan = planner.plan(noisy, tiers)
-        for row in plan.rows.tolist():
-            moves[row] = moves.get(row, 0) + 1
+        for row, src, dst in zip(
+            plan.rows.tolist(), plan.src.tolist(), plan.dst.tolist(), strict=True
+        ):
+            visited.setdefault(row, [src]).append(dst)
         objs = apply(noisy, plan, tiers)
         objs = Objects(objs.rows, objs.size, objs.kind, objs.tier, objs.flags,
                        rate[objs.rows], objs.persisted)  # fmt: skip
-    assert max(moves.values(), default=0) <= 1, f"objects flapped: {moves}"
-    assert len(moves) <= 0.05 * len(objs)
+    flapped = {row: path for row, path in visited.items() if len(set(path)) < len(path)}
+    assert not flapped, f"objects went back to a tier they left: {flapped}"
+    assert max((len(p) - 1 for p in visited.values()), default=0) <= 2
+    assert len(visited) <= 0.05 * len(objs)
 
 
 def test_a_burst_of_kv_blocks_does_not_push_hot_vectors_out_of_dram() -> None:
