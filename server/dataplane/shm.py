@@ -76,6 +76,8 @@ class RemoteStager(Protocol):
 
     def adopt_filled(self, meta: ObjectMeta, reservation: Reservation) -> None: ...
 
+    def adopt_filled_many(self, items: Sequence[tuple[ObjectMeta, Reservation]]) -> None: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ArenaInfo:
@@ -168,6 +170,9 @@ class SharedMemoryPlane:
         #: extents adopted when their leases end (set by the daemon; else ``fill``)
         self.remote: RemoteStager | None = None
         self._info: ArenaInfo | None = None
+        #: staged remote objects whose leases ended in this thread's ``release``,
+        #: adopted together when it returns (``_adopt``)
+        self._adopting = threading.local()
 
     # -- what clients need to map the arena ---------------------------------------------
     def info(self) -> ArenaInfo | None:
@@ -399,9 +404,14 @@ class SharedMemoryPlane:
         }
 
     def _adopt(self, remote: RemoteStager, meta: ObjectMeta, reservation: Reservation) -> None:
-        """A staged remote object's lease ended: its extent becomes the object's."""
+        """A staged remote object's lease ended: its extent becomes the object's
+        (with the others of the same ``release``, in one batch)."""
         self._budget.give(reservation.size)
-        remote.adopt_filled(meta, reservation)
+        batch: list[tuple[ObjectMeta, Reservation]] | None = getattr(self._adopting, "batch", None)
+        if batch is not None:
+            batch.append((meta, reservation))
+        else:  # reaped, or ended at shutdown
+            remote.adopt_filled(meta, reservation)
 
     def _inline_cap(self) -> int:
         return int(self._config.inline_max_bytes)
@@ -484,7 +494,17 @@ class SharedMemoryPlane:
     def release(self, owner: str, lease_ids: Sequence[int]) -> int:
         """End leases: read leases released, uncommitted write leases aborted."""
         self._check_batch(len(lease_ids), "Release")
-        return self._leases.release_many(lease_ids, owner)
+        remote = self.remote
+        if remote is None:
+            return self._leases.release_many(lease_ids, owner)
+        batch: list[tuple[ObjectMeta, Reservation]] = []
+        self._adopting.batch = batch
+        try:
+            return self._leases.release_many(lease_ids, owner)
+        finally:
+            self._adopting.batch = None
+            if batch:
+                remote.adopt_filled_many(batch)
 
     def _ended(self, leases: Sequence[Lease], how: str) -> None:
         self._leases.finish(leases, how)

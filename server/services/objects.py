@@ -365,7 +365,9 @@ class ObjectService:
             self.on_commit(meta)
         return meta
 
-    def commit_filled_many(self, puts: Sequence[FilledPut], path: str) -> list[ObjectMeta]:
+    def commit_filled_many(
+        self, puts: Sequence[FilledPut], path: str, *, publish: bool = True
+    ) -> list[ObjectMeta]:
         """Commit a batch of filled reservations, each exactly as ``commit_filled``
         would, as one unit: the guard admits each (namespace, session) group once,
         every catalog change goes into ONE RocksDB write batch under ONE hold of the
@@ -374,10 +376,11 @@ class ObjectService:
         and nothing stored changes. Consumes every reservation either way.
 
         A batch naming one key twice is committed one object after another (the
-        later put replaces the earlier), as separate ``commit_filled`` calls."""
+        later put replaces the earlier), as separate ``commit_filled`` calls.
+        ``publish``: as for ``commit_filled``."""
         encoded = [p.spec.key.encode() for p in puts]
         if len(set(encoded)) != len(encoded):
-            return self._commit_one_by_one(puts, path)
+            return self._commit_one_by_one(puts, path, publish)
         try:
             admissions = self._admit_puts(puts, encoded)
         except BaseException:
@@ -387,14 +390,18 @@ class ObjectService:
         with contextlib.ExitStack() as held:
             for ticket in admissions:
                 held.enter_context(ticket)
-            return self._commit_admitted(puts, encoded, path)
+            return self._commit_admitted(puts, encoded, path, publish)
 
-    def _commit_one_by_one(self, puts: Sequence[FilledPut], path: str) -> list[ObjectMeta]:
+    def _commit_one_by_one(
+        self, puts: Sequence[FilledPut], path: str, publish: bool
+    ) -> list[ObjectMeta]:
         metas: list[ObjectMeta] = []
         for i, p in enumerate(puts):
             try:
                 metas.append(
-                    self.commit_filled(p.spec, p.profile, p.reservation, p.checksum, path=path)
+                    self.commit_filled(
+                        p.spec, p.profile, p.reservation, p.checksum, path=path, publish=publish
+                    )
                 )
             except BaseException:
                 for later in puts[i + 1 :]:
@@ -434,7 +441,7 @@ class ObjectService:
         return tickets
 
     def _commit_admitted(
-        self, puts: Sequence[FilledPut], encoded: Sequence[bytes], path: str
+        self, puts: Sequence[FilledPut], encoded: Sequence[bytes], path: str, publish: bool
     ) -> list[ObjectMeta]:
         n = len(puts)
         ssd_copies: list[SsdCopy | None] = [None] * n
@@ -473,7 +480,7 @@ class ObjectService:
         self.store.metrics.child(self.store.metrics.data_bytes, path, "in").inc(
             sum(p.spec.size_bytes for p in puts)
         )
-        if self.on_commit is not None:
+        if publish and self.on_commit is not None:
             for meta in metas:
                 self.on_commit(meta)
         return metas

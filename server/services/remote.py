@@ -47,6 +47,7 @@ import numpy.typing as npt
 from tiermem.server.catalog.catalog import Entry
 from tiermem.server.config import RemoteTierConfig
 from tiermem.server.errors import (
+    AlreadyExists,
     CapacityExceeded,
     Corrupted,
     InvariantViolation,
@@ -55,7 +56,7 @@ from tiermem.server.errors import (
 )
 from tiermem.server.model import Durability, Kind, ObjectKey, ObjectMeta, Tier
 from tiermem.server.services.guard import Role
-from tiermem.server.services.objects import ObjectService, PutSpec
+from tiermem.server.services.objects import FilledPut, ObjectService, PutSpec
 from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.store import Store, ValueRead
 from tiermem.server.tiers.base import Reservation
@@ -566,6 +567,50 @@ class RemoteService:
             return
         self._adopted(meta, touch=True)
 
+    def adopt_filled_many(self, items: Sequence[tuple[ObjectMeta, Reservation]]) -> None:
+        """``adopt_filled`` for the extents of several leases that ended together
+        (one Release): committed as one batch (``commit_filled_many``: one guard
+        admission per namespace, one catalog write, one hold of the store lock).
+        Extents whose key is stored meanwhile (or twice in the batch) are given
+        back first; a refusal of the batch (quota, no room) gives back all of
+        them. Never raises."""
+        if len(items) == 1:
+            self.adopt_filled(*items[0])
+            return
+        puts: list[FilledPut] = []
+        with self.store.lock:
+            present = {m.key.encode() for m, _r in items if self.catalog.find(m.key.encode())}
+        for n, (meta, reservation) in enumerate(items):
+            encoded = meta.key.encode()
+            try:
+                if encoded in present:  # stored meanwhile, or twice in the batch
+                    raise AlreadyExists(f"object {meta.key} exists")
+                present.add(encoded)
+                spec = self._adoption_spec(meta)
+                puts.append(FilledPut(spec, self.objects.prepare(spec), reservation, meta.checksum))
+            except BaseException as exc:
+                self.objects.abort(reservation)
+                if isinstance(exc, TiermemError):
+                    log.debug("not adopting %s: %s", meta.key, exc)
+                    continue
+                for put in puts:
+                    self.objects.abort(put.reservation)
+                for _meta, later in items[n + 1 :]:
+                    self.objects.abort(later)
+                log.exception("adopting %d objects failed", len(items))
+                return
+        if not puts:
+            return
+        try:
+            metas = self.objects.commit_filled_many(puts, "remote", publish=False)
+        except TiermemError as exc:  # the commit gave the space back
+            log.debug("not adopting %d objects: %s", len(puts), exc)
+            return
+        except Exception:
+            log.exception("adopting %d objects failed", len(puts))
+            return
+        self._adopted_many(metas)
+
     def fill(self, keys: Sequence[ObjectKey]) -> None:
         """Bring the objects among ``keys`` that this daemon does not hold, of the
         kinds it shares, from the remote store into its local tiers before they
@@ -669,6 +714,17 @@ class RemoteService:
             codec=meta.codec,
             if_absent=True,
         )
+
+    def _adopted_many(self, metas: Sequence[ObjectMeta]) -> None:
+        """``_adopted`` (with an access counted) for a batch, under one lock hold."""
+        with self.store.lock:
+            for meta in metas:
+                encoded = meta.key.encode()
+                entry = self.catalog.find(encoded)
+                if entry is not None and entry.checksum == meta.checksum:
+                    self.catalog.set_remote(entry.row, True)
+                    self.catalog.touch(entry.row, encoded)
+        self.store.metrics.remote_adopted.inc(len(metas))
 
     def _adopted(self, meta: ObjectMeta, touch: bool) -> None:
         """Mark a just adopted object as having a remote copy (and count an access)."""

@@ -126,3 +126,33 @@ def test_a_key_stored_meanwhile_keeps_its_own_value_and_the_extent_is_given_back
         (got,) = cb.kv.get_blocks(SCOPE, [blk.chunk_hash], path="shm")
         assert bytes(got.data or b"") == ours.data.tobytes()
     assert _dram_used(b) == before + len(blk.data)  # B's own block only: no extent leaked
+
+
+def test_a_release_adopts_its_blocks_together_except_one_stored_meanwhile(
+    peer: Peer, make_remote_daemon: Callable[..., Daemon]
+) -> None:
+    """The blocks of one Release are adopted in one batch; a key B stored itself
+    while the leases ran keeps B's value, its extent is given back, and the
+    batch's other blocks are still adopted."""
+    a, b = _pair(peer, make_remote_daemon)
+    written = blocks(3, seed=14)
+    keys = _keys([blk.chunk_hash for blk in written])
+    ours = KvBlock(written[1].chunk_hash, np.full(len(written[1].data), 9, dtype=np.uint8))
+    with Client(a.address) as ca, Client(b.address) as cb:
+        ca.kv.put_blocks(SCOPE, written)
+        a.maintain()
+        before = _dram_used(b)
+        grants = b.dataplane.shm.lease("worker", keys, ttl_s=30.0, inline_max_bytes=0)
+        cb.kv.put_blocks(SCOPE, [ours])  # B stores the middle key itself meanwhile
+        b.dataplane.shm.release("worker", [g.lease.lease_id for g in grants if g.lease])
+        assert sample(b, ADOPTED) == 2
+        gets = sample(b, "tiermem_remote_operations_total", op="get", result="ok")
+        got = cb.kv.get_blocks(SCOPE, [blk.chunk_hash for blk in written], path="shm")
+        assert [bytes(g.data or b"") for g in got] == [
+            written[0].data.tobytes(),
+            ours.data.tobytes(),
+            written[2].data.tobytes(),
+        ]
+        # the adopted blocks are read locally, from the extents that were leased
+        assert sample(b, "tiermem_remote_operations_total", op="get", result="ok") == gets
+    assert _dram_used(b) == before + 3 * len(written[0].data)  # no extent leaked
