@@ -90,6 +90,8 @@ class Transport(_Settings):
         tls: TlsOptions | None = None,
     ) -> None:
         super().__init__(address, token, timeout_s, retries)
+        #: the channel is TLS: nothing it would carry should go over plaintext instead
+        self.secure = tls is not None
         if tls is None:
             self.channel = grpc.insecure_channel(address, options=channel_options())
         else:

@@ -55,6 +55,7 @@ from tiermem.client.fastpath.copy import copy_bytes
 from tiermem.client.fastpath.session import (
     Session,
     SessionPool,
+    SessionsFull,
     SessionsUnsupported,
     StaleSession,
 )
@@ -190,6 +191,9 @@ class DataPlane:
         # unary requests (lookups, shared-memory control, Stat/Delete/List) go on a
         # bulk session unless the daemon said its sessions do not take that op
         self._session_ops_refused: set[int] = set()
+        # a TLS client keeps on its TLS channel what it would carry (small values,
+        # metadata calls, lookups): the bulk channel is plaintext
+        self._plaintext_session_ok = not getattr(transport, "secure", False)
         self._lock = threading.Lock()
         self._offer: _Offer | None = None
         self._bulk_down_until = 0.0
@@ -455,8 +459,8 @@ class DataPlane:
     ) -> list[ObjectInfo]:
         """Small values: one put on a bulk session (their bytes follow the request
         at once: one round trip, no gRPC call); one gRPC Put each when no session
-        can carry them or the daemon says 'not now'."""
-        address = self._session_address(timeout_s)
+        can carry them, the daemon says 'not now', or the client uses TLS."""
+        address = self._session_address(timeout_s) if self._plaintext_session_ok else None
         if address is not None:
             request = dataplane_pb2.BeginPutRequest(
                 objects=[
@@ -585,6 +589,8 @@ class DataPlane:
         ``OP_DELETE``, ``OP_LIST``: the gRPC method's own messages) on a bulk
         session, parsed into ``reply``; None when no session can carry it (the
         caller then calls gRPC). The daemon's refusals are raised as over gRPC."""
+        if not self._plaintext_session_ok:
+            return None
         try:
             return self._on_session(op, request, reply, timeout_s)
         except _Fallback:
@@ -684,7 +690,7 @@ class DataPlane:
                     return request(session)
             except StaleSession:
                 continue
-            except SessionsUnsupported:
+            except (SessionsUnsupported, SessionsFull):
                 return None
             except BulkBroken:
                 self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S

@@ -46,6 +46,11 @@ class SessionsUnsupported(Exception):
     """The daemon at this address does not offer bulk sessions."""
 
 
+class SessionsFull(Exception):
+    """Every bulk connection slot of the daemon is taken: this request goes
+    another way (gRPC); the bulk channel itself is fine."""
+
+
 class StaleSession(BulkBroken):
     """A pooled session was found closed before the request reached the daemon
     (it expired idle): nothing happened; retry on a new session."""
@@ -228,15 +233,15 @@ class SessionPool:
                 self._unsupported.add(address)
             raise SessionsUnsupported(address)
         if status.code == "RESOURCE_EXHAUSTED":
-            # every bulk connection slot is taken: like a broken channel, the
-            # caller goes another way (gRPC) for a while rather than failing
-            raise BulkBroken(f"bulk session to {address} refused: {status.message}")
+            # every bulk connection slot is taken: this request goes another way
+            # (gRPC) rather than failing; the next one tries a session again
+            raise SessionsFull(f"bulk session to {address} refused: {status.message}")
         raise error_for(status.code, status.message, status.request_id)
 
     @contextmanager
     def session(self, address: str) -> Iterator[Session]:
         """A session to ``address`` for one request (pooled afterwards if the
-        request ended in step). Raises SessionsUnsupported, BulkBroken."""
+        request ended in step). Raises SessionsUnsupported, SessionsFull, BulkBroken."""
         with self._lock:
             if address in self._unsupported:
                 raise SessionsUnsupported(address)

@@ -24,6 +24,14 @@ def test_tls_serves_tls_clients_and_refuses_plaintext(
     with Client(daemon.address, tls=TlsOptions(ca=ca.pem.cert)) as client:
         client.put(Kind.BLOB, "over-tls", b"sealed")
         assert client.get(Kind.BLOB, "over-tls") == b"sealed"
+        # small values and metadata calls stay on the TLS channel (the bulk
+        # channel is plaintext)
+        assert client.path_stats()["grpc"]["puts"] == 1
+        stats: list[object] = []
+        grpc_stat = client._objects.Stat
+        client._objects.Stat = lambda *a, **k: stats.append(a) or grpc_stat(*a, **k)  # type: ignore[method-assign]
+        assert client.stat(Kind.BLOB, "over-tls").size_bytes == 6
+        assert len(stats) == 1
     with Client(daemon.address, retries=0, timeout_s=3) as plain:
         with pytest.raises(TiermemClientError) as info:
             plain.get(Kind.BLOB, "over-tls")

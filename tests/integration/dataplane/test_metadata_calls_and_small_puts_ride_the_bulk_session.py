@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.dataplane.helpers import wait_for
 from tests.integration.dataplane.test_bulk_sessions_authenticate_once_and_stay_exact import (
     TOKENS,
     open_session,
@@ -147,3 +148,22 @@ def test_a_session_scoped_client_sees_nothing_of_its_siblings(client: Client) ->
         with pytest.raises((NotFoundError, PermissionDeniedError)):
             call()
     assert ca.get(Kind.SCRATCH, "a-note") == b"of a"
+
+
+def test_with_every_bulk_connection_taken_small_puts_go_over_grpc_for_now(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    """No free connection slot: that request goes over gRPC, and the bulk path
+    stays usable (no cool-down): the next request takes a session again."""
+    daemon = make_daemon(dataplane={"bulk": {"max_connections": 1}})
+    holder, opened = open_session(daemon)  # takes the only slot
+    assert opened.code == "OK"
+    with Client(daemon.address) as c:
+        with holder:
+            c.put(Kind.SCRATCH, "while-full", b"x" * 10)
+            assert c.stat(Kind.SCRATCH, "while-full").size_bytes == 10
+            assert c.path_stats()["grpc"]["puts"] == 1
+            assert "bulk" in c.dataplane.paths()
+        wait_for(lambda: daemon.metrics.bulk_connections._value.get() == 0, "the slot to free")
+        c.put(Kind.SCRATCH, "after", b"y" * 10)
+        assert c.path_stats()["bulk"]["puts"] == 1
