@@ -10,6 +10,7 @@ data plane goes back to tickets negotiated over gRPC.
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import weakref
@@ -252,6 +253,8 @@ class SessionPool:
             s = Session(sock, reused=True, owed=owed)
             try:
                 s.drain()
+                if _peer_closed(sock):  # closed while pooled: nothing sent yet
+                    raise StaleSession(f"pooled bulk session to {address} was closed")
             except StaleSession:
                 sock.close()
                 raise
@@ -267,6 +270,20 @@ class SessionPool:
                 self._pool.give_back(address, s.sock)
             else:
                 s.sock.close()
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """Whether the daemon has closed this idle connection (checked before a
+    pooled session is used, so a request is never sent into a closed one and
+    then retried without knowing whether it ran)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    if not poller.poll(0):
+        return False  # nothing to read: open and idle
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""  # readable: EOF or stray bytes
+    except OSError:
+        return True
 
 
 def _read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
