@@ -210,8 +210,13 @@ class SharedMemoryPlane:
         self._check_batch(len(specs), "Reserve")
         pending: list[Region] = []
         try:
-            for spec in specs:
-                pending.append(self._reserve_one(arena, spec))
+            profiles = [self._objects.prepare(spec) for spec in specs]
+            # whether each lands in place: admission asked once per shape, not per object
+            firsts = self._objects.first_tiers(
+                [(s.size_bytes, p, s.key.kind) for s, p in zip(specs, profiles, strict=True)]
+            )
+            for spec, profile, first in zip(specs, profiles, firsts, strict=True):
+                pending.append(self._reserve_one(arena, spec, profile, first == Tier.DRAM))
             leases = self._leases.grant_many(owner, LeaseKind.WRITE, ttl_s, pending)
         except BaseException:
             for _off, _len, end, _payload in pending:
@@ -220,9 +225,10 @@ class SharedMemoryPlane:
         self._metrics.dataplane_leases.labels("write").inc(len(leases))
         return leases
 
-    def _reserve_one(self, arena: DramEngine, spec: PutSpec) -> Region:
+    def _reserve_one(
+        self, arena: DramEngine, spec: PutSpec, profile: Profile, in_place: bool
+    ) -> Region:
         size = spec.size_bytes
-        profile = self._objects.prepare(spec)
         if size < arena.arena_min_bytes:
             raise InvalidArgument(
                 f"{spec.key} is {size} bytes, below tiers.dram.arena_min_bytes="
@@ -239,7 +245,6 @@ class SharedMemoryPlane:
         except BaseException:
             self._budget.give(size)
             raise
-        in_place = self._objects.first_tier(size, profile, spec.key.kind) == Tier.DRAM
         put = PendingPut(spec, profile, reservation, in_place)
         return reservation.location, size, lambda: self._drop(reservation), put
 

@@ -585,6 +585,10 @@ class ObjectService:
         """The tier admission would try first for a new value (None: no tier can hold it)."""
         return self.placement.first_tier(size, profile, kind)
 
+    def first_tiers(self, wanted: Sequence[tuple[int, Profile, Kind]]) -> list[Tier | None]:
+        """``first_tier`` for each ``(size, profile, kind)`` of a batch (asked once per shape)."""
+        return self.placement.first_tiers(wanted)
+
     def reserve_many(self, wanted: Sequence[tuple[int, Profile, Kind]]) -> list[Reservation]:
         """``reserve`` for each ``(size, profile, kind)`` of a batch, all or none
         (``PlacementService.reserve_many``)."""
