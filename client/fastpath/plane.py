@@ -507,7 +507,7 @@ class DataPlane:
             ttl_ms=self._lease_ttl_ms,
         )
         started = time.monotonic()
-        reply = self._control(
+        reply, _carrier = self._control(
             OP_RESERVE,
             request,
             dataplane_pb2.ReserveResponse(),
@@ -531,7 +531,7 @@ class DataPlane:
             items=[dataplane_pb2.CommitItem(lease_id=x) for x in lease_ids]
         )
         try:
-            done = self._control(
+            done, _carrier = self._control(
                 OP_COMMIT,
                 commit,
                 dataplane_pb2.CommitResponse(),
@@ -605,24 +605,12 @@ class DataPlane:
         timeout_s: float | None,
         *,
         negotiate: bool = False,
-    ) -> M:
+    ) -> tuple[M, str]:
         """A shared-memory control request (lease, release, reserve, commit): on a
         bulk session when the daemon takes them there (no gRPC call), else over
-        gRPC. ``negotiate``: a path's first call ('not now / not here' answers
-        mean: try the next path, see ``_negotiate_call``)."""
-        return self._control_via(op, request, reply, grpc_call, timeout_s, negotiate=negotiate)[0]
-
-    def _control_via(
-        self,
-        op: int,
-        request: Message,
-        reply: M,
-        grpc_call: Callable[[float], M],
-        timeout_s: float | None,
-        *,
-        negotiate: bool = False,
-    ) -> tuple[M, str]:
-        """``_control``, and the channel that carried it ("bulk" or "grpc")."""
+        gRPC; returns the reply and the channel that carried it ("bulk" or
+        "grpc"). ``negotiate``: a path's first call ('not now / not here'
+        answers mean: try the next path, see ``_negotiate_call``)."""
         try:
             got = self._on_session(op, request, reply, timeout_s)
         except (FailedPreconditionError, CapacityError) as exc:
@@ -859,7 +847,7 @@ class DataPlane:
             keys=self._keys(refs), ttl_ms=self._lease_ttl_ms, inline_max_bytes=self.threshold_bytes
         )
         started = time.monotonic()
-        reply, carrier = self._control_via(
+        reply, carrier = self._control(
             OP_LEASE,
             request,
             dataplane_pb2.LeaseResponse(),
