@@ -193,7 +193,7 @@ class DataPlane:
         self._session_ops_refused: set[int] = set()
         # a TLS client keeps on its TLS channel what it would carry (small values,
         # metadata calls, lookups): the bulk channel is plaintext
-        self._plaintext_session_ok = not getattr(transport, "secure", False)
+        self._plaintext_session_ok = not transport.secure
         self._lock = threading.Lock()
         self._offer: _Offer | None = None
         self._bulk_down_until = 0.0

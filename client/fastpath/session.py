@@ -26,7 +26,6 @@ from tiermem.dataplane_wire import (
     FLAG_ACCEPT_WITH_RESULT,
     MAX_STATUS_BYTES,
     OP_GET,
-    OP_LOOKUP,
     OP_PUT,
     PIPELINED_PUT_MAX_BYTES,
     SESSION_TICKET,
@@ -35,7 +34,7 @@ from tiermem.dataplane_wire import (
     request,
     send_parts,
 )
-from tiermem.v1 import dataplane_pb2, kv_pb2
+from tiermem.v1 import dataplane_pb2
 
 M = TypeVar("M", bound=Message)
 
@@ -176,10 +175,6 @@ class Session:
         ticket = dataplane_pb2.Ticket()
         ticket.ParseFromString(self._answer(OP_GET, request_msg, "get"))
         return ticket
-
-    def lookup(self, request_msg: kv_pb2.LookupPrefixRequest) -> kv_pb2.LookupPrefixResponse:
-        """KvService.LookupPrefix on the session; raises the daemon's refusal."""
-        return self.unary(OP_LOOKUP, request_msg, kv_pb2.LookupPrefixResponse())
 
     def unary(self, op: int, request_msg: Message, reply: M) -> M:
         """A request answered by one message (lookup, shared-memory lease, release,
