@@ -200,6 +200,7 @@ def _run_phase(ctx: Ctx, phase: Phase, weights: list[int]) -> dict[str, Any]:
     errors: dict[str, int] = {}
     samples: list[str] = []
     late: list[float] = []
+    small_at: list[float] = []  # when each small get started, seconds into the phase
     rng = ctx.rng
     rate = phase.rate_per_client
     due = phase.start + (rng.expovariate(rate) if rate else 0.0)
@@ -216,12 +217,14 @@ def _run_phase(ctx: Ctx, phase: Phase, weights: list[int]) -> dict[str, Any]:
         try:
             fn(ctx)
             lat[name].append(time.perf_counter() - t0)
+            if fn is _get_small:
+                small_at.append(time.monotonic() - phase.start)
         except Exception as exc:
             errors[name] = errors.get(name, 0) + 1
             if len(samples) < 20:
                 samples.append(f"{name}: {exc}")
         due = due + rng.expovariate(rate) if rate else time.monotonic()
-    return {"lat": lat, "errors": errors, "samples": samples, "late": late}
+    return {"lat": lat, "errors": errors, "samples": samples, "late": late, "small_at": small_at}
 
 
 def _client_proc(address: str, first: int, threads: int, control: Any, out: Any) -> None:
@@ -287,6 +290,7 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     errors: dict[str, int] = {}
     samples: list[str] = []
     late: list[float] = []
+    small_at: list[float] = []
     for r in parts:
         for name, values in r["lat"].items():
             lat[name].extend(values)
@@ -294,32 +298,45 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
             errors[name] = errors.get(name, 0) + n
         samples += r["samples"]
         late += r["late"]
-    return {"lat": lat, "errors": errors, "samples": samples[:20], "late": late}
+        small_at += r["small_at"]
+    return {
+        "lat": lat,
+        "errors": errors,
+        "samples": samples[:20],
+        "late": late,
+        "small_at": small_at,
+    }
 
 
-def _scrape(url: str) -> tuple[tuple[int, int], dict[str, tuple[float, float]]]:
+def _scrape(url: str) -> tuple[tuple[int, int, int], dict[str, tuple[float, float, float]]]:
     """From the daemon's metrics: (memtables, block cache) bytes of
-    tiermem_catalog_memory_bytes, and per RPC method the (count, seconds) of
-    tiermem_request_duration_seconds summed over status codes: the time the
-    handlers ran, without the time requests waited for a thread."""
-    parts = {"memtables": 0, "block_cache": 0}
-    rpcs: dict[str, tuple[float, float]] = {}
+    tiermem_catalog_memory_bytes and the SSD segments compacted so far, and per
+    RPC method the (count, seconds) of tiermem_request_duration_seconds summed
+    over status codes: the time the handlers ran, without the time requests
+    waited for a thread, and how many of them ran at most 10 ms."""
+    parts = {"memtables": 0, "block_cache": 0, "compactions": 0}
+    rpcs: dict[str, tuple[float, float, float]] = {}
     with urllib.request.urlopen(url, timeout=5) as reply:
         for line in reply.read().decode().splitlines():
-            if line.startswith("tiermem_catalog_memory_bytes{"):
+            if line.startswith("tiermem_segment_compactions_total "):
+                parts["compactions"] = int(float(line.rsplit(" ", 1)[1]))
+            elif line.startswith("tiermem_catalog_memory_bytes{"):
                 part = line.split('part="', 1)[1].split('"', 1)[0]
                 parts[part] = int(float(line.rsplit(" ", 1)[1]))
             elif line.startswith(("tiermem_request_duration_seconds_count{",
-                                  "tiermem_request_duration_seconds_sum{")):  # fmt: skip
+                                  "tiermem_request_duration_seconds_sum{",
+                                  "tiermem_request_duration_seconds_bucket{")):  # fmt: skip
                 method = line.split('method="', 1)[1].split('"', 1)[0]
-                count, total = rpcs.get(method, (0.0, 0.0))
+                count, total, fast = rpcs.get(method, (0.0, 0.0, 0.0))
                 value = float(line.rsplit(" ", 1)[1])
                 if "_count{" in line:
                     count += value
-                else:
+                elif "_sum{" in line:
                     total += value
-                rpcs[method] = (count, total)
-    return (parts["memtables"], parts["block_cache"]), rpcs
+                elif 'le="0.01"' in line:
+                    fast += value
+                rpcs[method] = (count, total, fast)
+    return (parts["memtables"], parts["block_cache"], parts["compactions"]), rpcs
 
 
 def _rss_bytes(pid: int) -> int:
@@ -440,13 +457,13 @@ def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
         rate = args.rate or args.load_fraction * capacity
         say(f"daemon pid {proc.pid}: load phase at {rate:.0f} ops/s, {args.seconds:.0f} s")
         memory: list[tuple[float, int]] = []
-        catalog: list[tuple[float, int, int]] = []
+        catalog: list[tuple[float, int, int, int]] = []
 
         def sample(t: float) -> None:
             memory.append((round(t, 1), _rss_bytes(proc.pid)))
             if not catalog or t - catalog[-1][0] >= SCRAPE_INTERVAL_S:
-                (mt, bc), _ = _scrape(metrics_url)
-                catalog.append((round(t, 1), mt, bc))
+                (mt, bc, compactions), _ = _scrape(metrics_url)
+                catalog.append((round(t, 1), mt, bc, compactions))
 
         before = _scrape(metrics_url)[1]
         loaded, load_s = clients.run("load", args.seconds, rate, sample)
@@ -468,16 +485,18 @@ def _ops(result: dict[str, Any]) -> int:
 
 
 def _server_ms(
-    before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]
+    before: dict[str, tuple[float, float, float]], after: dict[str, tuple[float, float, float]]
 ) -> dict[str, dict[str, float]]:
-    """Per RPC method between two scrapes: calls and the mean time its handler ran."""
+    """Per RPC method between two scrapes: calls, the mean time its handler ran
+    and the share of calls whose handler ran longer than 10 ms."""
     out = {}
-    for method, (count, total) in sorted(after.items()):
-        c0, t0 = before.get(method, (0.0, 0.0))
+    for method, (count, total, fast) in sorted(after.items()):
+        c0, t0, f0 = before.get(method, (0.0, 0.0, 0.0))
         if count - c0 > 0:
             out[method] = {
                 "calls": int(count - c0),
                 "mean_handler_ms": round((total - t0) / (count - c0) * 1000, 3),
+                "over_10ms_pct": round((1 - (fast - f0) / (count - c0)) * 100, 3),
             }
     return out
 
@@ -493,10 +512,18 @@ def growth_pct(samples: list[tuple[float, int]], seconds: float) -> tuple[float,
     return head, tail, (tail - head) / head * 100 if head else float("nan")
 
 
-def _caches_at(catalog: list[tuple[float, int, int]], t: float) -> int:
-    """Memtables + block cache at ``t``: the last scrape at or before it."""
+def _scraped_at(
+    catalog: list[tuple[float, int, int, int]], t: float
+) -> tuple[float, int, int, int]:
+    """The last scrape at or before ``t`` (zeros before the first)."""
     at = bisect.bisect_right(catalog, t, key=lambda row: row[0]) - 1
-    return catalog[at][1] + catalog[at][2] if at >= 0 else 0
+    return catalog[at] if at >= 0 else (0.0, 0, 0, 0)
+
+
+def _caches_at(catalog: list[tuple[float, int, int, int]], t: float) -> int:
+    """Memtables + block cache at ``t``: the last scrape at or before it."""
+    row = _scraped_at(catalog, t)
+    return row[1] + row[2]
 
 
 def _per_op(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -509,6 +536,32 @@ def _per_op(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         }
         for name, v in result["lat"].items()
     }
+
+
+#: Length of the windows the load phase's small-get p99 is reported in.
+WINDOW_S = 30.0
+
+
+def _windows(
+    result: dict[str, Any], catalog: list[tuple[float, int, int, int]], seconds: float
+) -> list[dict[str, Any]]:
+    """The small gets' p99 per ``WINDOW_S`` of the load phase, beside the SSD
+    segments the daemon compacted in it (from the scrapes): a tail that grows
+    over the run, or follows background work, shows here and not in one p99."""
+    lat, at = result["lat"]["get small"], result["small_at"]
+    rows = []
+    for w in range(int(seconds // WINDOW_S) + 1):
+        lo, hi = w * WINDOW_S, (w + 1) * WINDOW_S
+        window = [x for x, t in zip(lat, at, strict=True) if lo <= t < hi]
+        if not window:
+            continue
+        rows.append({
+            "from_s": lo,
+            "ops": len(window),
+            "p99_ms": round(percentile(window, 99) * 1000, 3),
+            "compactions": _scraped_at(catalog, hi)[3] - _scraped_at(catalog, lo)[3],
+        })  # fmt: skip
+    return rows
 
 
 def _phase_details(result: dict[str, Any], seconds: float, server: Any) -> dict[str, Any]:
@@ -538,7 +591,7 @@ def _report(
     saturated: tuple[dict[str, Any], float, Any],
     loaded: tuple[dict[str, Any], float, Any],
     memory: list[tuple[float, int]],
-    catalog: list[tuple[float, int, int]],
+    catalog: list[tuple[float, int, int, int]],
 ) -> int:
     result, seconds, server = loaded
     per_op = _per_op(result)
@@ -578,9 +631,10 @@ def _report(
         "catalog_memory_mib": {
             "note": "RocksDB memtables (bounded to 64 MiB) and block cache (64 MiB), part of RSS",
             "timeline": [
-                (t, round(mt / MiB, 1), round(bc / MiB, 1)) for t, mt, bc in catalog[::step]
+                (t, round(mt / MiB, 1), round(bc / MiB, 1)) for t, mt, bc, _ in catalog[::step]
             ],
         },
+        "small_get_p99_by_window": _windows(result, catalog, seconds),
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "note": LOAD_NOTE,
         "harness_note": HARNESS_NOTE,
