@@ -550,7 +550,7 @@ def _windows(
     over the run, or follows background work, shows here and not in one p99."""
     lat, at = result["lat"]["get small"], result["small_at"]
     rows = []
-    for w in range(int(seconds // WINDOW_S) + 1):
+    for w in range(int(seconds // WINDOW_S)):  # whole windows only
         lo, hi = w * WINDOW_S, (w + 1) * WINDOW_S
         window = [x for x, t in zip(lat, at, strict=True) if lo <= t < hi]
         if not window:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -454,8 +455,13 @@ class Daemon:
         grace = self.config.server.shutdown_grace_s if grace_s is None else grace_s
         self.metrics.ready.set(0)
         self._health.enter_graceful_shutdown()
+        until = time.monotonic() + grace
+        if self.dataplane is not None:
+            self.bulk_sessions.drain()  # in parallel with gRPC's grace period
         if self._server is not None:
             self._server.stop(grace).wait()
+        if self.dataplane is not None:
+            self.bulk_sessions.wait_drained(max(0.0, until - time.monotonic()))
         if self._migrator is not None:
             self._migrator.stop()
         if self.remote is not None:

@@ -27,9 +27,10 @@ followed by a frame naming the session the caller acts as (may be empty)::
                                              ◀── STATUS: "OK" = session open
     then any number of requests, one at a time:
     ── REQUEST: op u8 (1 put, 2 get, 3 lookup, 4-7 lease, release, ──▶
-       reserve, commit), flags u8, 2 zero bytes,
-       length u32, serialized BeginPutRequest / BeginGetRequest /
-       kv LookupPrefixRequest / Lease- / Release- / Reserve- / CommitRequest
+       reserve, commit, 8-10 stat, delete, list), flags u8,
+       timeout u16 (the caller's, in centiseconds; 0 = none), length u32,
+       serialized BeginPutRequest / BeginGetRequest / kv LookupPrefixRequest /
+       Lease- / Release- / Reserve- / CommitRequest / Stat- / Delete- / ListRequest
     put:                                     ◀── STATUS: "OK" = send, or refused
          ── raw bytes of every object, in request order ──▶
                                              ◀── STATUS: committed metas, or the error
@@ -56,6 +57,7 @@ without sessions answers the opening preamble NOT_FOUND (unknown ticket).
 from __future__ import annotations
 
 import hashlib
+import math
 import socket
 import struct
 from collections.abc import Sequence
@@ -74,8 +76,12 @@ LENGTH = struct.Struct("<I")
 
 #: The ticket id a preamble presents to open a session instead of one transfer.
 SESSION_TICKET = bytes(TICKET_ID_BYTES)
-#: A session request's header: op, 3 reserved zero bytes, payload length.
-REQUEST = struct.Struct("<BBxxI")
+#: A session request's header: op, flags, timeout (centiseconds, 0 = none),
+#: payload length. Daemons before the timeout field read it as padding.
+REQUEST = struct.Struct("<BBHI")
+#: Longest timeout the header carries (a longer one is sent as none, and the
+#: daemon's limits.max_request_s bounds the request alone).
+MAX_REQUEST_TIMEOUT_CS = 0xFFFF
 OP_PUT = 1
 OP_GET = 2
 OP_LOOKUP = 3
@@ -129,11 +135,21 @@ def host_id() -> str:
     return hashlib.sha256(f"{boot}|{socket.gethostname()}".encode()).hexdigest()[:32]
 
 
-def request(op: int, payload: bytes, flags: int = 0) -> bytes:
-    """A session request frame around a serialized BeginPut/BeginGet request."""
+def request(op: int, payload: bytes, flags: int = 0, timeout_s: float | None = None) -> bytes:
+    """A session request frame around a serialized request message; the daemon
+    gives up on it after ``timeout_s`` (None: after its own limit)."""
     if len(payload) > MAX_REQUEST_BYTES:
         raise ValueError(f"a request of {len(payload)} bytes exceeds {MAX_REQUEST_BYTES}")
-    return REQUEST.pack(op, flags, len(payload)) + payload
+    return REQUEST.pack(op, flags, timeout_cs(timeout_s), len(payload)) + payload
+
+
+def timeout_cs(timeout_s: float | None) -> int:
+    """A timeout as the request header carries it: centiseconds, rounded up (a
+    positive timeout never becomes 0 = none); 0 for none or one too long."""
+    if timeout_s is None:
+        return 0
+    cs = max(1, math.ceil(timeout_s * 100))
+    return cs if cs <= MAX_REQUEST_TIMEOUT_CS else 0
 
 
 #: Most buffers handed to one ``sendmsg`` (Linux takes up to IOV_MAX = 1024).

@@ -207,6 +207,10 @@ class DataPlane:
     def _call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
         return self._transport.call(fn, timeout_s)
 
+    def _timeout(self, timeout_s: float | None) -> float:
+        """A call's timeout: its own, else the client's (as gRPC calls get)."""
+        return self._transport.timeout_s if timeout_s is None else timeout_s
+
     def offer(self, timeout_s: float | None = None) -> _Offer:
         with self._lock:
             if self._offer is not None:
@@ -469,7 +473,10 @@ class DataPlane:
                 ]
             )
             try:
-                done = self._via_session(address, lambda s: s.put(request, views, self._refusal))
+                done = self._via_session(
+                    address,
+                    lambda s: s.put(request, views, self._refusal, self._timeout(timeout_s)),
+                )
             except _Fallback:
                 done = None
             if done is not None:
@@ -554,7 +561,7 @@ class DataPlane:
         )
 
         def put(session: Session) -> dataplane_pb2.TransferStatus:
-            return session.put(request, views, self._refusal)
+            return session.put(request, views, self._refusal, self._timeout(timeout_s))
 
         done = self._via_session(self._reachable(offer.bulk_address), put)
         if done is not None:
@@ -654,7 +661,8 @@ class DataPlane:
                     return True
 
                 return self._via_session(address, send)
-            return self._via_session(address, lambda s: s.unary(op, request, reply))
+            timeout = self._timeout(timeout_s)
+            return self._via_session(address, lambda s: s.unary(op, request, reply, timeout))
         except InvalidArgumentError as exc:
             if not exc.message.startswith("session request with op"):
                 raise
@@ -894,7 +902,7 @@ class DataPlane:
 
         def get(session: Session) -> list[Fetched]:
             try:
-                reply = session.begin_get(request)
+                reply = session.begin_get(request, self._timeout(timeout_s))
             except TiermemClientError as exc:
                 raise self._refusal(exc) from exc
             results, streamed = self._landing(reply, target)

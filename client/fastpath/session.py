@@ -57,10 +57,19 @@ class StaleSession(BulkBroken):
 
 
 class Session:
-    """One open session (a connection). Not thread-safe: one request at a time."""
+    """One open session (a connection). Not thread-safe: one request at a time.
 
-    def __init__(self, sock: socket.socket, reused: bool, owed: int = 0) -> None:
+    A request's ``timeout_s`` travels in its header (the daemon gives up on it
+    then) and bounds the wait for the daemon's first answer here: past it the
+    request raises DeadlineError and the connection is closed (its reply may
+    still come). Bytes that follow an answer are read under ``io_timeout_s``.
+    """
+
+    def __init__(
+        self, sock: socket.socket, reused: bool, owed: int = 0, io_timeout_s: float = 30.0
+    ) -> None:
         self.sock = sock
+        self.io_timeout_s = io_timeout_s
         self.reused = reused
         self.in_step = True  # False once a request failed mid-way: do not pool
         #: replies to requests sent without waiting (``send_only``), read and
@@ -90,13 +99,15 @@ class Session:
         self.owed += 1
         self.in_step = True
 
-    def _ask(self, op: int, payload: bytes) -> dataplane_pb2.TransferStatus:
+    def _ask(
+        self, op: int, payload: bytes, timeout_s: float | None
+    ) -> dataplane_pb2.TransferStatus:
         """Send a request and read the daemon's first answer; raises its refusal."""
         self.drain()
         self.in_step = False
         try:
-            self.sock.sendall(request(op, payload))
-            status = _read_status(self.sock)
+            self.sock.sendall(request(op, payload, timeout_s=timeout_s))
+            status = self._first_answer(timeout_s)
         except (OSError, BulkBroken) as exc:
             if self.reused:
                 raise StaleSession(f"pooled bulk session was closed: {exc}") from None
@@ -106,11 +117,30 @@ class Session:
             raise error_for(status.code, status.message, status.request_id)
         return status
 
+    def _first_answer(self, timeout_s: float | None) -> dataplane_pb2.TransferStatus:
+        """The daemon's first STATUS to a request, waited for at most
+        ``timeout_s`` (None: the I/O timeout). Raises DeadlineError past it."""
+        if timeout_s is None or timeout_s >= self.io_timeout_s:
+            return _read_status(self.sock)
+        self.sock.settimeout(max(timeout_s, 0.001))
+        try:
+            return _read_status(self.sock)
+        except TimeoutError:
+            # in_step stays False: the reply may still come, the session is closed
+            raise error_for(
+                "DEADLINE_EXCEEDED",
+                f"the daemon did not answer a bulk session request within {timeout_s:.3g} s "
+                "(the call's timeout)",
+            ) from None
+        finally:
+            self.sock.settimeout(self.io_timeout_s)
+
     def put(
         self,
         request_msg: dataplane_pb2.BeginPutRequest,
         views: Sequence[memoryview],
         refusal: Callable[[TiermemClientError], BaseException],
+        timeout_s: float | None = None,
     ) -> dataplane_pb2.TransferStatus:
         """Put the objects; returns the committed status. The daemon's refusal of
         the request is raised as ``refusal(error)``; its error after the bytes
@@ -118,16 +148,18 @@ class Session:
         Small puts (``PIPELINED_PUT_MAX_BYTES``) send the bytes with the request."""
         if sum(len(v) for v in views) > PIPELINED_PUT_MAX_BYTES:
             try:
-                self.begin_put(request_msg)
+                self.begin_put(request_msg, timeout_s)
             except TiermemClientError as exc:
                 raise refusal(exc) from exc
             return self.send(views)
         self.drain()
         self.in_step = False
         try:
-            head = request(OP_PUT, request_msg.SerializeToString(), FLAG_ACCEPT_WITH_RESULT)
+            head = request(
+                OP_PUT, request_msg.SerializeToString(), FLAG_ACCEPT_WITH_RESULT, timeout_s
+            )
             send_parts(self.sock, [head, *views])
-            first = _read_status(self.sock)
+            first = self._first_answer(timeout_s)
             if first.code != "OK":
                 self.in_step = True  # the daemon read and dropped the bytes
                 raise refusal(error_for(first.code, first.message, first.request_id))
@@ -141,10 +173,12 @@ class Session:
             raise error_for(final.code, final.message, final.request_id)
         return final
 
-    def begin_put(self, request_msg: dataplane_pb2.BeginPutRequest) -> None:
+    def begin_put(
+        self, request_msg: dataplane_pb2.BeginPutRequest, timeout_s: float | None = None
+    ) -> None:
         """Ask to put; returns once the daemon reserved space for every object
         (then ``send`` the bytes). Raises the daemon's refusal, or BulkBroken."""
-        self._ask(OP_PUT, request_msg.SerializeToString())
+        self._ask(OP_PUT, request_msg.SerializeToString(), timeout_s)
 
     def send(self, views: Sequence[memoryview]) -> dataplane_pb2.TransferStatus:
         """Every object's bytes, in request order; returns the committed status.
@@ -161,25 +195,27 @@ class Session:
             raise error_for(status.code, status.message, status.request_id)
         return status
 
-    def _answer(self, op: int, request_msg: Message, what: str) -> bytes:
+    def _answer(self, op: int, request_msg: Message, what: str, timeout_s: float | None) -> bytes:
         """Send a request answered by STATUS "OK" and one frame; the frame's bytes."""
-        self._ask(op, request_msg.SerializeToString())
+        self._ask(op, request_msg.SerializeToString(), timeout_s)
         try:
             return read_frame(self.sock, MAX_TICKET_BYTES)
         except (OSError, BulkBroken) as exc:
             raise BulkBroken(f"bulk session {what} broke: {exc}") from None
 
-    def begin_get(self, request_msg: dataplane_pb2.BeginGetRequest) -> dataplane_pb2.Ticket:
+    def begin_get(
+        self, request_msg: dataplane_pb2.BeginGetRequest, timeout_s: float | None = None
+    ) -> dataplane_pb2.Ticket:
         """Ask to get; returns what a BeginGet ticket would say (metas, sizes,
         inline values). The streamed objects' bytes follow: ``receive`` them."""
         ticket = dataplane_pb2.Ticket()
-        ticket.ParseFromString(self._answer(OP_GET, request_msg, "get"))
+        ticket.ParseFromString(self._answer(OP_GET, request_msg, "get", timeout_s))
         return ticket
 
-    def unary(self, op: int, request_msg: Message, reply: M) -> M:
+    def unary(self, op: int, request_msg: Message, reply: M, timeout_s: float | None = None) -> M:
         """A request answered by one message (lookup, shared-memory lease, release,
         reserve, commit), parsed into ``reply``; raises the daemon's refusal."""
-        reply.ParseFromString(self._answer(op, request_msg, f"op {op}"))
+        reply.ParseFromString(self._answer(op, request_msg, f"op {op}", timeout_s))
         self.in_step = True
         return reply
 
@@ -203,6 +239,7 @@ class SessionPool:
     ) -> None:
         self._credential = credential
         self._acting = acting.encode()
+        self._io_timeout_s = io_timeout_s
         self._pool = IdleSockets(io_timeout_s, socket_buffer_bytes, max_idle)
         self.close = self._pool.close
         self._lock = threading.Lock()
@@ -245,7 +282,7 @@ class SessionPool:
         if sock is not None:
             with self._lock:
                 owed = self._owed.pop(sock, 0)
-            s = Session(sock, reused=True, owed=owed)
+            s = Session(sock, reused=True, owed=owed, io_timeout_s=self._io_timeout_s)
             try:
                 s.drain()
                 if _peer_closed(sock):  # closed while pooled: nothing sent yet
@@ -254,7 +291,7 @@ class SessionPool:
                 sock.close()
                 raise
         else:
-            s = Session(self._open(address), False)
+            s = Session(self._open(address), False, io_timeout_s=self._io_timeout_s)
         try:
             yield s
         finally:

@@ -25,8 +25,10 @@ transfer breaks; a refused request (quota, missing object, ...) leaves it open.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -173,9 +175,47 @@ class BulkSessions:
         self._bulk = config.dataplane.bulk
         self._max_request_s = config.limits.max_request_s
         self._metrics = metrics
+        # shutdown drains sessions (``drain``): those waiting for a request are
+        # closed at once, the others after the request they are serving
+        self._lock = threading.Lock()
+        self._ended = threading.Condition(self._lock)
+        self._serving = 0
+        self._waiting: set[socket.socket] = set()
+        self._draining = False
+
+    def drain(self) -> None:
+        """Take no more requests: a session waiting for one is closed now (its
+        read side shut), one serving a request after it has answered, and a
+        session opened from now on is refused UNAVAILABLE. ``wait_drained``
+        waits for them to end."""
+        with self._lock:
+            self._draining = True
+            waiting = list(self._waiting)
+        for conn in waiting:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RD)  # its pending read returns: the session ends
+
+    def wait_drained(self, timeout_s: float) -> bool:
+        """After ``drain``: wait up to ``timeout_s`` for every session to end."""
+        with self._ended:
+            return self._ended.wait_for(lambda: self._serving == 0, timeout_s)
 
     def serve(self, conn: socket.socket, credential: bytes, host: str) -> bool:
         """Run a session on ``conn`` until it ends; False: close the connection."""
+        with self._lock:
+            if self._draining:
+                conn.sendall(status("UNAVAILABLE", "the daemon is shutting down"))
+                return False
+            self._serving += 1
+        try:
+            return self._serve(conn, credential, host)
+        finally:
+            with self._lock:
+                self._serving -= 1
+                self._waiting.discard(conn)
+                self._ended.notify_all()
+
+    def _serve(self, conn: socket.socket, credential: bytes, host: str) -> bool:
         try:
             principal = self._auth.principal(
                 [("authorization", credential.decode(errors="replace"))] if credential else []
@@ -194,12 +234,19 @@ class BulkSessions:
         self._metrics.bulk_sessions.inc()
         while True:
             conn.settimeout(self._bulk.idle_timeout_s)
+            with self._lock:
+                if self._draining:
+                    return False
+                self._waiting.add(conn)
             try:
                 head = recv_exact(conn, REQUEST.size, between_transfers=True)
             except (Closed, TimeoutError):
-                return False  # the client left, or the session expired idle
+                return False  # the client left, the session expired idle, or shutdown
+            finally:
+                with self._lock:
+                    self._waiting.discard(conn)
             conn.settimeout(self._bulk.io_timeout_s)
-            op, flags, length = REQUEST.unpack(head)
+            op, flags, timeout_cs, length = REQUEST.unpack(head)
             unary = self.unary.get(op)
             if (op not in (OP_PUT, OP_GET) and unary is None) or length > MAX_REQUEST_BYTES:
                 self._malformed(
@@ -224,7 +271,10 @@ class BulkSessions:
                     conn, f"session request payload is not a {type(msg).__name__}; session closed"
                 )
                 return False
-            if not self._request(conn, principal, owner, acting, op, flags, msg):
+            budget_s = self._max_request_s
+            if timeout_cs:  # the caller's timeout, within the daemon's own limit
+                budget_s = min(budget_s, timeout_cs / 100)
+            if not self._request(conn, principal, owner, acting, op, flags, msg, budget_s):
                 return False
 
     def _read_acting(self, conn: socket.socket) -> str:
@@ -254,10 +304,12 @@ class BulkSessions:
         op: int,
         flags: int,
         msg: Any,
+        budget_s: float,
     ) -> bool:
-        """One request, run as ``principal``; False when the session must end."""
+        """One request, run as ``principal`` within ``budget_s`` seconds (as the
+        guard checks deadlines); False when the session must end."""
         p_token = current_principal.set(principal)
-        d_token = current_deadline.set(time.monotonic() + self._max_request_s)
+        d_token = current_deadline.set(time.monotonic() + budget_s)
         r_token = request_id.set(new_request_id())  # log lines and refusals carry it
         try:
             if op == OP_PUT:
