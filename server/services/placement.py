@@ -31,8 +31,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from tiermem.placement import (
     Admission,
@@ -108,6 +110,21 @@ class Promotion:
     below: float  # residents less dense than this may be moved out for it
 
 
+#: Index columns a planner snapshot reads (copied under the store lock).
+_SNAPSHOT_COLUMNS = ("flags", "rate", "atime", "kind", "sess", "size", "tier", "seg", "ns")
+
+
+@dataclass(frozen=True, slots=True)
+class _Columns:
+    """What a snapshot copies under the lock: the live rows, their columns and
+    the pending read deadlines (rows and times), if any."""
+
+    rows: npt.NDArray[np.int64]
+    cols: dict[str, npt.NDArray[Any]]
+    deadline_rows: npt.NDArray[np.int64] | None
+    deadline_when: npt.NDArray[np.float64] | None
+
+
 class PlacementService:
     def __init__(self, store: Store, mover: Mover, config: PlacementConfig) -> None:
         self.store = store
@@ -155,6 +172,12 @@ class PlacementService:
     def snapshot(self, tier: Tier | None = None, now: float | None = None) -> Objects:
         """The planner's view of live objects (of one tier, or all). Call with the lock."""
         now = time.time() if now is None else now
+        return self._estimate(self._gather(tier, now), now)
+
+    def _gather(self, tier: Tier | None, now: float) -> _Columns:
+        """The index columns a snapshot needs, copied for the live rows (of one
+        tier, or all), and the pending read deadlines. Call with the lock; the
+        rest of the work (``_estimate``) needs none."""
         idx = self.catalog.index
         n = idx.high_water_row
         c = idx.cols
@@ -162,37 +185,48 @@ class PlacementService:
         if tier is not None:
             live &= c["tier"][:n] == int(tier)
         rows = np.flatnonzero(live).astype(np.int64)
-        flags = c["flags"][rows]
-        seen = (flags & FLAG_SEEN) != 0
-        rate = self.catalog.learner.estimate(
-            c["rate"][rows],
-            c["atime"][rows],
-            seen,
-            c["kind"][rows],
-            (flags & HINT_MASK) >> HINT_SHIFT,
-            now,
-            session_kv(c["kind"][rows], c["sess"][rows]),
-        )
-        evidence = seen
+        deadline_rows = deadline_when = None
         if self.deadlines:
             self._prune_deadlines(now)
+            deadline_rows = np.fromiter(self.deadlines.keys(), dtype=np.int64)
+            deadline_when = np.fromiter(self.deadlines.values(), dtype=np.float64)
+        return _Columns(
+            rows, {name: c[name][rows] for name in _SNAPSHOT_COLUMNS}, deadline_rows, deadline_when
+        )
+
+    def _estimate(self, g: _Columns, now: float) -> Objects:
+        """The planner's view from gathered columns: each object's expected access
+        rate (the learner's estimate plus read-deadline boosts)."""
+        rows, c = g.rows, g.cols
+        flags = c["flags"]
+        seen = (flags & FLAG_SEEN) != 0
+        rate = self.catalog.learner.estimate(
+            c["rate"],
+            c["atime"],
+            seen,
+            c["kind"],
+            (flags & HINT_MASK) >> HINT_SHIFT,
+            now,
+            session_kv(c["kind"], c["sess"]),
+        )
+        evidence = seen
+        if g.deadline_rows is not None and g.deadline_when is not None:
             dl = np.zeros(len(rows))
-            pos = np.searchsorted(rows, np.fromiter(self.deadlines.keys(), dtype=np.int64))
-            when = np.fromiter(self.deadlines.values(), dtype=np.float64)
+            pos = np.searchsorted(rows, g.deadline_rows)
             ok = pos < len(rows)
-            ok[ok] &= rows[pos[ok]] == np.fromiter(self.deadlines.keys(), dtype=np.int64)[ok]
-            dl[pos[ok]] = when[ok]
+            ok[ok] &= rows[pos[ok]] == g.deadline_rows[ok]
+            dl[pos[ok]] = g.deadline_when[ok]
             rate = rate + self.access.deadline_boost(dl, now)
             evidence = seen | (dl > 0)
         return Objects(
             rows=rows,
-            size=c["size"][rows],
-            kind=c["kind"][rows],
-            tier=c["tier"][rows],
+            size=c["size"],
+            kind=c["kind"],
+            tier=c["tier"],
             flags=flags,
             rate=rate,
-            persisted=c["seg"][rows] != SEG_NONE,
-            ns=c["ns"][rows],
+            persisted=c["seg"] != SEG_NONE,
+            ns=c["ns"],
             evidence=evidence,
         )
 
@@ -611,10 +645,12 @@ class PlacementService:
     # -- rebalancing ------------------------------------------------------------------
     def plan(self) -> Plan:
         started = time.perf_counter()
-        with self.store.lock:
-            objs = self.snapshot()
+        now = time.time()
+        with self.store.lock:  # copies only: the estimates are computed after it
+            gathered = self._gather(None, now)
             states = self.store.tier_states()
             quotas = self._quotas_locked()
+        objs = self._estimate(gathered, now)
         if quotas != self.planner.config.quotas:
             self.planner.config = dataclasses.replace(self.planner.config, quotas=quotas)
         plan = self.planner.plan(objs, states)
