@@ -351,10 +351,14 @@ class Catalog:
             raise NotFound(f"object {ObjectKey.decode(encoded_key)} not found")
         return self.compose(rec, entry)
 
-    def compose(self, rec: StoredRecord, entry: Entry) -> tuple[ObjectMeta, pb.ObjectMeta]:
+    def compose(
+        self, rec: StoredRecord, entry: Entry, atime: float | None = None
+    ) -> tuple[ObjectMeta, pb.ObjectMeta]:
         """A record's metadata with the live fields from ``entry``, as the domain
-        object and as the record's own wire message (updated in place)."""
-        meta = self.meta_from_record(rec, entry)
+        object and as the record's own wire message (updated in place). The
+        access time is read from the index unless given (``atime_of``, read
+        under the lock with ``entry``: then this needs no lock)."""
+        meta = self.meta_from_record(rec, entry, atime)
         wire = rec.meta
         wire.tier = meta.tier  # type: ignore[assignment]
         wire.persisted = meta.persisted
@@ -362,13 +366,19 @@ class Catalog:
         wire.accessed_unix_ms = meta.accessed_unix_ms
         return meta, wire
 
-    def meta_from_record(self, rec: StoredRecord, entry: Entry) -> ObjectMeta:
+    def meta_from_record(
+        self, rec: StoredRecord, entry: Entry, atime: float | None = None
+    ) -> ObjectMeta:
         meta = meta_from_proto(rec.meta)
         meta.tier = entry.tier
         meta.persisted = entry.persisted
         meta.profile.pin = entry.pinned
-        meta.accessed_unix_ms = int(float(self.index.cols["atime"][entry.row]) * 1000)
+        meta.accessed_unix_ms = int((self.atime_of(entry) if atime is None else atime) * 1000)
         return meta
+
+    def atime_of(self, entry: Entry) -> float:
+        """The entry's last access (unix seconds) as the index holds it now."""
+        return float(self.index.cols["atime"][entry.row])
 
     def stage_record(
         self, batch: Batch, encoded_key: bytes, meta: ObjectMeta, seg: int, seg_off: int

@@ -15,6 +15,7 @@ import base64
 import binascii
 import builtins
 import contextlib
+import itertools
 import logging
 import threading
 import time
@@ -28,6 +29,7 @@ import xxhash
 
 from tiermem.server.catalog.catalog import Entry
 from tiermem.server.catalog.index import SEG_INLINE, SEG_NONE
+from tiermem.server.catalog.records import StoredRecord
 from tiermem.server.errors import (
     AlreadyExists,
     Corrupted,
@@ -943,41 +945,40 @@ class ObjectService:
         with self.store.lock:
             self.catalog.namespace_id(namespace)
         scope = key_prefix(namespace, kind, prefix)
+        records: Iterator[tuple[bytes, StoredRecord | None]]
+        if session:
+            keys = self.catalog.session_keys(session, _session_start(session, start))
+            records = (
+                (k, None) for k in keys if k.startswith(scope) and (start is None or k > start)
+            )
+        else:
+            records = (
+                (k, rec)
+                for k, rec in self.catalog.scan_records(scope, start)
+                if start is None or k > start
+            )
         out: builtins.list[tuple[ObjectMeta, pb.ObjectMeta]] = []
         last = b""
-        if session:
-            keys = (k for k in self.catalog.session_keys(session, _session_start(session, start)))
-            candidates = (k for k in keys if k.startswith(scope) and (start is None or k > start))
-            for encoded in candidates:
-                check_deadline("the listing")
-                with self.store.lock:
-                    entry = self.catalog.find(encoded)
-                    rec = self.catalog.record(encoded) if entry is not None else None
-                    if entry is None or rec is None:
-                        continue
-                    meta, wire = self.catalog.compose(rec, entry)
-                    if not self._visible(meta, caller):
-                        continue
+        while len(out) < page_size:
+            # as many candidates as the page still has room for; the store lock
+            # is held once for all of them, only to find their entries
+            chunk = list(itertools.islice(records, page_size - len(out)))
+            if not chunk:
+                break
+            check_deadline("the listing")
+            if session:  # a session's keys come from its index: read their records
+                chunk = [(k, self.catalog.record(k)) for k, _ in chunk]
+            with self.store.lock:
+                found = [
+                    (k, rec, entry, self.catalog.atime_of(entry))
+                    for k, rec in chunk
+                    if rec is not None and (entry := self.catalog.find(k)) is not None
+                ]
+            for encoded, rec, entry, atime in found:
+                meta, wire = self.catalog.compose(rec, entry, atime)
+                if self._visible(meta, caller):
                     out.append((meta, wire))
-                last = encoded
-                if len(out) >= page_size:
-                    break
-        else:
-            for encoded, rec in self.catalog.scan_records(scope, start):
-                if start is not None and encoded <= start:
-                    continue
-                check_deadline("the listing")
-                with self.store.lock:
-                    entry = self.catalog.find(encoded)
-                    if entry is None:
-                        continue
-                    meta, wire = self.catalog.compose(rec, entry)
-                    if not self._visible(meta, caller):
-                        continue
-                    out.append((meta, wire))
-                last = encoded
-                if len(out) >= page_size:
-                    break
+                    last = encoded
         next_token = _encode_token(last) if len(out) >= page_size else ""
         return out, next_token
 
