@@ -203,10 +203,12 @@ class BulkSessions:
     def serve(self, conn: socket.socket, credential: bytes, host: str) -> bool:
         """Run a session on ``conn`` until it ends; False: close the connection."""
         with self._lock:
-            if self._draining:
-                conn.sendall(status("UNAVAILABLE", "the daemon is shutting down"))
-                return False
-            self._serving += 1
+            draining = self._draining
+            if not draining:
+                self._serving += 1
+        if draining:
+            conn.sendall(status("UNAVAILABLE", "the daemon is shutting down"))
+            return False
         try:
             return self._serve(conn, credential, host)
         finally:

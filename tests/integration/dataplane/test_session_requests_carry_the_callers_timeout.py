@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -47,19 +48,24 @@ def test_the_header_carries_timeouts_in_centiseconds_rounded_up() -> None:
     assert (op, flags, cs, length) == (OP_STAT, 1, 25, 3)
 
 
-def slow_stat(
-    daemon: Daemon, seconds: float, checks_deadline: bool = True
-) -> tuple[threading.Event, Callable[[], None]]:
+@dataclass
+class SlowStat:
+    started: threading.Event  # set when a slow Stat begins
+    finished: threading.Event  # set when it ends
+    restore: Callable[[], None]  # the daemon's own Stat again
+
+
+def slow_stat(daemon: Daemon, seconds: float, checks_deadline: bool = True) -> SlowStat:
     """Make the daemon's session Stat take ``seconds`` before it answers (then
-    check the request's deadline, as long-running handlers do). Returns an
-    event set each time a slow Stat finishes, and a function that restores it."""
+    check the request's deadline, as long-running handlers do)."""
     op = daemon.bulk_sessions.unary[OP_STAT]
-    finished = threading.Event()
+    started, finished = threading.Event(), threading.Event()
 
     def restore() -> None:
         daemon.bulk_sessions.unary[OP_STAT] = op
 
     def run(owner: str, acting: str, msg: Any) -> Any:
+        started.set()
         time.sleep(seconds)
         try:
             if checks_deadline:
@@ -69,7 +75,7 @@ def slow_stat(
             finished.set()
 
     daemon.bulk_sessions.unary[OP_STAT] = UnaryOp(op.method, op.request, run)
-    return finished, restore
+    return SlowStat(started, finished, restore)
 
 
 def stat_request(name: str) -> bytes:
@@ -121,14 +127,14 @@ def test_the_client_stops_waiting_at_its_timeout_without_going_to_grpc(daemon: D
         c.put(Kind.SCRATCH, "there", b"x" * 10)
         assert c.stat(Kind.SCRATCH, "there").size_bytes == 10  # the session is open
         called = no_grpc_objects(c)
-        finished, restore = slow_stat(daemon, 2.0, checks_deadline=False)  # a daemon that hangs
+        slow = slow_stat(daemon, 2.0, checks_deadline=False)  # a daemon that hangs
         started = time.monotonic()
         with pytest.raises(DeadlineError, match=r"within 0\.3 s"):
             c.stat(Kind.SCRATCH, "there", timeout_s=0.3)
         assert time.monotonic() - started < 1.5
         assert called == []  # not retried over gRPC
-        assert finished.wait(10)  # the hung Stat ends; its late reply goes nowhere
-        restore()
+        assert slow.finished.wait(10)  # the hung Stat ends; its late reply goes nowhere
+        slow.restore()
         # the next call opens a new session and gets its own answer
         assert c.stat(Kind.SCRATCH, "there", timeout_s=5).size_bytes == 10
         assert called == []

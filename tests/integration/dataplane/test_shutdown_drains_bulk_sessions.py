@@ -5,7 +5,6 @@ its next request is closed at once, and no session opens meanwhile."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 from tests.integration.dataplane.helpers import read_status
@@ -30,18 +29,18 @@ def test_a_request_in_progress_is_answered_and_idle_sessions_close(
     daemon = make_daemon(server={"shutdown_grace_s": 10.0})
     with Client(daemon.address) as c:
         c.put(Kind.SCRATCH, "there", b"x" * 10)
-    finished, _restore = slow_stat(daemon, 1.0, checks_deadline=False)
+    slow = slow_stat(daemon, 1.0, checks_deadline=False)
     busy, opened = open_session(daemon)
     idle, idle_opened = open_session(daemon)
     assert opened.code == idle_opened.code == "OK"
     with busy, idle:
         busy.sendall(request(OP_STAT, stat_request("there")))
-        time.sleep(0.2)  # the Stat is running
+        assert slow.started.wait(10)  # the Stat is running
         stopper = threading.Thread(target=daemon.stop)
         stopper.start()
         idle.settimeout(5)
         assert closed(idle)  # closed without waiting for the busy one
-        assert not finished.is_set()
+        assert not slow.finished.is_set()
         busy.settimeout(10)
         status = read_status(busy)  # the request in progress is answered in full
         assert status.code == "OK", status
