@@ -57,6 +57,7 @@ from tiermem.placement.model import (
     MEMORY_TIERS,
     REMOTE,
     SSD,
+    TIERS,
     TierState,
 )
 
@@ -67,6 +68,10 @@ Bool = npt.NDArray[np.bool_]
 #: A tier counts as full for admission when its plan left less than this
 #: fraction of its budget free.
 _FULL_SLACK = 0.05
+
+#: Entries ``Planner._fresh_value`` remembers before starting over (a learned
+#: prior that drifts makes new keys; this bounds the memo, ~200 B an entry).
+FRESH_VALUE_MEMO_MAX = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +212,11 @@ class Planner:
         #: Per memory tier: density of the least valuable resident at the last
         #: plan if the tier was full, else 0 (anything worth anything fits).
         self.thresholds: dict[int, float] = {}
+        #: ``_fresh_value`` results by (size, kind, rate, tier, enabled tiers):
+        #: its numpy form costs ~0.2 ms for one object, and puts of one shape
+        #: ask it the same question over and over (the cost model and config
+        #: are frozen, so an entry never goes stale).
+        self._fresh_values: dict[tuple[int, int, float, int, tuple[bool, ...]], float] = {}
 
     # -- helpers --------------------------------------------------------------------
     def _memory_tiers(self, tiers: Mapping[int, TierState]) -> list[int]:
@@ -453,6 +463,19 @@ class Planner:
         """What a new object at ``rate`` would be worth as a resident of ``tier``,
         in the measure ``victims`` compares residents by (``keep_values``, or
         ``densities`` without ``incumbent_leave_cost``)."""
+        enabled = tuple(t in tiers and tiers[t].enabled for t in TIERS)
+        key = (size, kind, rate, tier, enabled)
+        value = self._fresh_values.get(key)
+        if value is None:
+            value = self._fresh_value_uncached(size, kind, rate, tier, tiers)
+            if len(self._fresh_values) >= FRESH_VALUE_MEMO_MAX:
+                self._fresh_values.clear()
+            self._fresh_values[key] = value
+        return value
+
+    def _fresh_value_uncached(
+        self, size: int, kind: int, rate: float, tier: int, tiers: Mapping[int, TierState]
+    ) -> float:
         one = Objects(
             rows=np.zeros(1, dtype=np.int64),
             size=np.array([size], dtype=np.int64),
