@@ -34,6 +34,7 @@ from tiermem.server.catalog.index import (
     HINT_SHIFT,
     SEG_INLINE,
     SEG_NONE,
+    VERSION_COLUMN_MAX,
     ObjectIndex,
 )
 from tiermem.server.catalog.records import StoredRecord
@@ -245,6 +246,7 @@ class Catalog:
             prior = max(prior, learned)
         c["rate"][row] = prior
         c["atime"][row] = now
+        c["version"][row] = meta.version if 0 < meta.version <= VERSION_COLUMN_MAX else 0
         old_sess = int(c["sess"][row])
         c["sess"][row] = self.sessions.acquire(meta.session)
         self.sessions.release(old_sess)
@@ -333,6 +335,19 @@ class Catalog:
         sess = self.index.cols["sess"]
         self.sessions.release(int(sess[row]))
         sess[row] = 0
+
+    def replaced(self, encoded_key: bytes, row: int) -> tuple[str, int]:
+        """(session, version) of the object a put is about to replace, from the
+        index; its record is read only when the index does not know the version
+        (rows rebuilt at recovery). Saves a RocksDB read under the store lock."""
+        c = self.index.cols
+        session = self.sessions.name(int(c["sess"][row]))
+        version = int(c["version"][row])
+        if version == 0:
+            rec = self.record(encoded_key)
+            if rec is not None:
+                return rec.meta.session, int(rec.meta.version)
+        return session, version
 
     # -- records ----------------------------------------------------------------
     def record(self, encoded_key: bytes) -> StoredRecord | None:

@@ -9,13 +9,17 @@ map keyed by the encoded key. Measured cost is about 190 bytes per object.
 Column layout (one row per object)::
 
     check u64 | tier u8 | kind u8 | flags u8 | ns u16 | size i64 | loc i64 |
-    seg i32 | seg_off i64 | checksum u64 | atime f64 | rate f32 | expires u64 | sess u32
+    seg i32 | seg_off i64 | checksum u64 | atime f64 | rate f32 | expires u64 | sess u32 |
+    version u32
 
 ``flags`` holds FLAG_LIVE / FLAG_DURABLE / FLAG_PINNED / FLAG_SEEN, the
 access hint (bits 4-5) and FLAG_REMOTE (bit 6: a copy is in the remote store);
 ``atime`` / ``rate`` are the access model's last access
 and decayed rate (``tiermem.placement.access``); ``sess`` an interned session id
-(``catalog.sessions``; 0 = none) for cost per session.
+(``catalog.sessions``; 0 = none) for cost per session; ``version`` the
+object's version (0 = not known here: rows rebuilt at recovery, which reads
+only record headers; the record then says), so a put that replaces an object
+need not read its record to number the new one.
 
 ``loc`` is the tier engine's location of the serving copy (DRAM/HBM), ``seg`` /
 ``seg_off`` the SSD copy (``SEG_INLINE`` = inline in RocksDB, ``SEG_NONE`` = no
@@ -81,7 +85,12 @@ COLUMNS: dict[str, npt.DTypeLike] = {
     "rate": np.float32,
     "expires": np.uint64,
     "sess": np.uint32,
+    "version": np.uint32,
 }
+
+#: Largest version the ``version`` column holds; a later one is stored as 0
+#: (unknown), so its record is read instead.
+VERSION_COLUMN_MAX = (1 << 32) - 1
 
 
 #: Kind byte of KV blocks (``Kind.KV_BLOCK``; not imported to keep this module

@@ -59,5 +59,14 @@ class SessionIds:
         del self._refs[sid], self._ids[name]
         self._free.append(sid)
 
+    def name(self, sid: int) -> str:
+        """The session name of ``sid`` ("" for 0, no session)."""
+        if sid == 0:
+            return ""
+        name = self._names.get(sid)
+        if name is None:
+            raise InvariantViolation(f"name of unknown session id {sid}")
+        return name
+
     def names(self) -> dict[int, str]:
         return dict(self._names)

@@ -510,10 +510,9 @@ class ObjectService:
                 old = catalog.find(enc)
                 if old is not None and p.spec.if_absent:
                     raise AlreadyExists(f"object {p.spec.key} exists (if_absent was set)")
-                old_rec = catalog.record(enc) if old is not None else None
-                old_session = old_rec.meta.session if old_rec is not None else ""
+                old_session, old_version = ("", 0) if old is None else catalog.replaced(enc, old.row)
                 self.guard.check_put(p.spec, p.reservation.tier, old, old_session)
-                olds.append((old, old_session, old_rec.meta.version if old_rec else 0))
+                olds.append((old, old_session, old_version))
             batch = catalog.rocks.batch()
             for i, (old, old_session, old_version) in enumerate(olds):
                 copy = ssd_copies[i]
@@ -685,16 +684,12 @@ class ObjectService:
             old = catalog.find(encoded)
             if old is not None and spec.if_absent:
                 raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
-            old_rec = catalog.record(encoded) if old is not None else None
-            self.guard.check_put(
-                spec, reservation.tier, old, old_rec.meta.session if old_rec is not None else ""
-            )
+            old_session, old_version = ("", 0) if old is None else catalog.replaced(encoded, old.row)
+            self.guard.check_put(spec, reservation.tier, old, old_session)
             batch = catalog.rocks.batch()
             if old is not None:
-                meta.version = (old_rec.meta.version if old_rec else 0) + 1
-                catalog.stage_removal(
-                    batch, encoded, old_rec.meta.session if old_rec else "", old.expires_ms
-                )
+                meta.version = old_version + 1
+                catalog.stage_removal(batch, encoded, old_session, old.expires_ms)
                 if old.persisted:
                     replaced_inline = old.seg == SEG_INLINE and seg == SEG_INLINE
                     store.ssd.release(
