@@ -336,11 +336,14 @@ class Catalog:
         self.sessions.release(int(sess[row]))
         sess[row] = 0
 
-    def replaced(self, encoded_key: bytes, row: int) -> tuple[str, int]:
-        """(session, version) of the object a put is about to replace, from the
-        index; its record is read only when the index does not know the version
-        (rows rebuilt at recovery). Saves a RocksDB read under the store lock."""
-        c = self.index.cols
+    def replaced(self, encoded_key: bytes, old: Entry | None) -> tuple[str, int]:
+        """(session, version) of the object a put is about to replace (``old``,
+        its entry; None: nothing, ("", 0)), from the index; its record is read
+        only when the index does not know the version (rows rebuilt at
+        recovery). Saves a RocksDB read under the store lock."""
+        if old is None:
+            return "", 0
+        row, c = old.row, self.index.cols
         session = self.sessions.name(int(c["sess"][row]))
         version = int(c["version"][row])
         if version == 0:

@@ -510,7 +510,7 @@ class ObjectService:
                 old = catalog.find(enc)
                 if old is not None and p.spec.if_absent:
                     raise AlreadyExists(f"object {p.spec.key} exists (if_absent was set)")
-                old_session, old_version = ("", 0) if old is None else catalog.replaced(enc, old.row)
+                old_session, old_version = catalog.replaced(enc, old)
                 self.guard.check_put(p.spec, p.reservation.tier, old, old_session)
                 olds.append((old, old_session, old_version))
             batch = catalog.rocks.batch()
@@ -684,7 +684,7 @@ class ObjectService:
             old = catalog.find(encoded)
             if old is not None and spec.if_absent:
                 raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
-            old_session, old_version = ("", 0) if old is None else catalog.replaced(encoded, old.row)
+            old_session, old_version = catalog.replaced(encoded, old)
             self.guard.check_put(spec, reservation.tier, old, old_session)
             batch = catalog.rocks.batch()
             if old is not None:
