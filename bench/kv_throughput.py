@@ -640,7 +640,12 @@ def build_goals(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=9,
+        help="interleaved rounds; medians over all (the peers are noisy here)",
+    )
     parser.add_argument("--quick", action="store_true", help="few operations (a smoke run)")
     parser.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
