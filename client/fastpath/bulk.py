@@ -194,25 +194,40 @@ class BulkPool:
         self._give_back(address, sock)
 
 
-def recv_exact(sock: socket.socket, view: memoryview) -> None:
+def recv_exact(sock: socket.socket, view: memoryview, deadline: float | None = None) -> None:
+    """Fill ``view`` from ``sock``. Each wait is bounded by the socket's timeout
+    and, when ``deadline`` (``time.monotonic``) is given, by the time left
+    until it: TimeoutError once it passed, however the bytes trickle in."""
     size = len(view)
     got = 0
-    while got < size:
-        n = sock.recv_into(view[got:] if got else view, size - got)
-        if n == 0:
-            raise BulkBroken(f"connection closed after {got} of {size} bytes")
-        got += n
+    cap = sock.gettimeout() if deadline is not None else None
+    try:
+        while got < size:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"deadline passed after {got} of {size} bytes")
+                sock.settimeout(left if cap is None else min(cap, left))
+            n = sock.recv_into(view[got:] if got else view, size - got)
+            if n == 0:
+                raise BulkBroken(f"connection closed after {got} of {size} bytes")
+            got += n
+    finally:
+        if deadline is not None:
+            sock.settimeout(cap)
 
 
-def read_frame(sock: socket.socket, limit_bytes: int = MAX_STATUS_BYTES) -> bytes:
+def read_frame(
+    sock: socket.socket, limit_bytes: int = MAX_STATUS_BYTES, deadline: float | None = None
+) -> bytes:
     """One length-prefixed frame's body (at most ``limit_bytes``)."""
     head = bytearray(LENGTH.size)
-    recv_exact(sock, memoryview(head))
+    recv_exact(sock, memoryview(head), deadline)
     (length,) = LENGTH.unpack(head)
     if length > limit_bytes:
         raise BulkBroken(f"frame of {length} bytes exceeds {limit_bytes}")
     body = bytearray(length)
-    recv_exact(sock, memoryview(body))
+    recv_exact(sock, memoryview(body), deadline)
     return bytes(body)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import select
 import socket
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -60,9 +61,12 @@ class Session:
     """One open session (a connection). Not thread-safe: one request at a time.
 
     A request's ``timeout_s`` travels in its header (the daemon gives up on it
-    then) and bounds the wait for the daemon's first answer here: past it the
-    request raises DeadlineError and the connection is closed (its reply may
-    still come). Bytes that follow an answer are read under ``io_timeout_s``.
+    then) and bounds the whole request here, from sending it to the last byte
+    of its answer (a get's streamed values, a large put's bytes and final
+    status): past it the request raises DeadlineError and the connection is
+    closed (its reply may still come; a put cut off before its final status
+    stores nothing, one whose status was on its way may have been stored).
+    Every wait is also bounded by ``io_timeout_s``.
     """
 
     def __init__(
@@ -75,6 +79,46 @@ class Session:
         #: replies to requests sent without waiting (``send_only``), read and
         #: dropped before the next request's
         self.owed = owed
+        #: when the request in progress must be done (``time.monotonic``), and
+        #: its timeout; None: only ``io_timeout_s`` bounds each wait
+        self._deadline: float | None = None
+        self._timeout_s: float | None = None
+
+    def _begin(self, timeout_s: float | None) -> None:
+        """Start the clock of a request with the caller's ``timeout_s``."""
+        self._timeout_s = timeout_s
+        self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
+
+    def _deadline_error(self, what: str) -> TiermemClientError:
+        """DeadlineError for a request whose ``what`` did not finish in time
+        (``in_step`` stays False: the session is closed, not pooled)."""
+        return error_for(
+            "DEADLINE_EXCEEDED",
+            f"{what} did not finish within {self._timeout_s or 0:.3g} s (the call's timeout)",
+        )
+
+    def _timed_out(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the request's deadline passing (not an I/O timeout)."""
+        return (
+            isinstance(exc, TimeoutError)
+            and self._deadline is not None
+            and time.monotonic() >= self._deadline - 0.001
+        )
+
+    def _sendall(self, data: bytes | memoryview) -> None:
+        """``sendall`` bounded by the request's deadline too (a socket timeout
+        bounds a whole ``sendall``)."""
+        if self._deadline is None:
+            self.sock.sendall(data)
+            return
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed before sending")
+        self.sock.settimeout(min(self.io_timeout_s, left))
+        try:
+            self.sock.sendall(data)
+        finally:
+            self.sock.settimeout(self.io_timeout_s)
 
     def drain(self) -> None:
         """Read and drop the replies owed to earlier ``send_only`` requests."""
@@ -104,6 +148,7 @@ class Session:
     ) -> dataplane_pb2.TransferStatus:
         """Send a request and read the daemon's first answer; raises its refusal."""
         self.drain()
+        self._begin(timeout_s)
         self.in_step = False
         try:
             self.sock.sendall(request(op, payload, timeout_s=timeout_s))
@@ -118,22 +163,19 @@ class Session:
         return status
 
     def _first_answer(self, timeout_s: float | None) -> dataplane_pb2.TransferStatus:
-        """The daemon's first STATUS to a request, waited for at most
-        ``timeout_s`` (None: the I/O timeout). Raises DeadlineError past it."""
-        if timeout_s is None or timeout_s >= self.io_timeout_s:
-            return _read_status(self.sock)
-        self.sock.settimeout(max(timeout_s, 0.001))
+        """The daemon's first STATUS to a request, waited for until the request's
+        deadline (``_begin``; none: the I/O timeout). Raises DeadlineError past it."""
         try:
-            return _read_status(self.sock)
-        except TimeoutError:
+            return _read_status(self.sock, self._deadline)
+        except TimeoutError as exc:
+            if not self._timed_out(exc):
+                raise
             # in_step stays False: the reply may still come, the session is closed
             raise error_for(
                 "DEADLINE_EXCEEDED",
-                f"the daemon did not answer a bulk session request within {timeout_s:.3g} s "
-                "(the call's timeout)",
+                "the daemon did not answer a bulk session request within "
+                f"{timeout_s or 0:.3g} s (the call's timeout)",
             ) from None
-        finally:
-            self.sock.settimeout(self.io_timeout_s)
 
     def put(
         self,
@@ -153,6 +195,7 @@ class Session:
                 raise refusal(exc) from exc
             return self.send(views)
         self.drain()
+        self._begin(timeout_s)
         self.in_step = False
         try:
             head = request(
@@ -163,8 +206,10 @@ class Session:
             if first.code != "OK":
                 self.in_step = True  # the daemon read and dropped the bytes
                 raise refusal(error_for(first.code, first.message, first.request_id))
-            final = _read_status(self.sock)
+            final = _read_status(self.sock, self._deadline)
         except (OSError, BulkBroken) as exc:
+            if self._timed_out(exc):
+                raise self._deadline_error("a bulk session put") from None
             if self.reused:  # closed while pooled (nothing stored of a broken put)
                 raise StaleSession(f"pooled bulk session was closed: {exc}") from None
             raise BulkBroken(f"bulk session put broke: {exc}") from None
@@ -186,9 +231,11 @@ class Session:
         try:
             for view in views:
                 if len(view):
-                    self.sock.sendall(view)
-            status = _read_status(self.sock)
+                    self._sendall(view)
+            status = _read_status(self.sock, self._deadline)
         except (OSError, BulkBroken) as exc:
+            if self._timed_out(exc):
+                raise self._deadline_error("sending a bulk session put's bytes") from None
             raise BulkBroken(f"bulk session put broke: {exc}") from None
         self.in_step = True
         if status.code != "OK":
@@ -199,8 +246,10 @@ class Session:
         """Send a request answered by STATUS "OK" and one frame; the frame's bytes."""
         self._ask(op, request_msg.SerializeToString(), timeout_s)
         try:
-            return read_frame(self.sock, MAX_TICKET_BYTES)
+            return read_frame(self.sock, MAX_TICKET_BYTES, self._deadline)
         except (OSError, BulkBroken) as exc:
+            if self._timed_out(exc):
+                raise self._deadline_error(f"a bulk session {what}'s answer") from None
             raise BulkBroken(f"bulk session {what} broke: {exc}") from None
 
     def begin_get(
@@ -222,8 +271,10 @@ class Session:
     def receive(self, outs: Sequence[memoryview]) -> None:
         try:
             for out in outs:
-                recv_exact(self.sock, out)
+                recv_exact(self.sock, out, self._deadline)
         except (OSError, BulkBroken) as exc:
+            if self._timed_out(exc):
+                raise self._deadline_error("receiving a bulk session get's values") from None
             raise BulkBroken(f"bulk session get broke: {exc}") from None
         self.in_step = True
 
@@ -318,7 +369,9 @@ def _peer_closed(sock: socket.socket) -> bool:
         return True
 
 
-def _read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
+def _read_status(
+    sock: socket.socket, deadline: float | None = None
+) -> dataplane_pb2.TransferStatus:
     msg = dataplane_pb2.TransferStatus()
-    msg.ParseFromString(read_frame(sock, MAX_STATUS_BYTES))
+    msg.ParseFromString(read_frame(sock, MAX_STATUS_BYTES, deadline))
     return msg
