@@ -343,14 +343,13 @@ class Catalog:
         recovery). Saves a RocksDB read under the store lock."""
         if old is None:
             return "", 0
-        row, c = old.row, self.index.cols
-        session = self.sessions.name(int(c["sess"][row]))
-        version = int(c["version"][row])
+        c = self.index.cols
+        version = int(c["version"][old.row])
         if version == 0:
             rec = self.record(encoded_key)
             if rec is not None:
                 return rec.meta.session, int(rec.meta.version)
-        return session, version
+        return self.sessions.name(int(c["sess"][old.row])), version
 
     # -- records ----------------------------------------------------------------
     def record(self, encoded_key: bytes) -> StoredRecord | None:
