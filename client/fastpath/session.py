@@ -94,7 +94,7 @@ class Session:
         (``in_step`` stays False: the session is closed, not pooled)."""
         return error_for(
             "DEADLINE_EXCEEDED",
-            f"{what} did not finish within {self._timeout_s or 0:.3g} s (the call's timeout)",
+            f"{what}: not done within {self._timeout_s or 0:.3g} s (the call's timeout)",
         )
 
     def _timed_out(self, exc: BaseException) -> bool:
@@ -152,7 +152,7 @@ class Session:
         self.in_step = False
         try:
             self.sock.sendall(request(op, payload, timeout_s=timeout_s))
-            status = self._first_answer(timeout_s)
+            status = self._first_answer()
         except (OSError, BulkBroken) as exc:
             if self.reused:
                 raise StaleSession(f"pooled bulk session was closed: {exc}") from None
@@ -162,7 +162,7 @@ class Session:
             raise error_for(status.code, status.message, status.request_id)
         return status
 
-    def _first_answer(self, timeout_s: float | None) -> dataplane_pb2.TransferStatus:
+    def _first_answer(self) -> dataplane_pb2.TransferStatus:
         """The daemon's first STATUS to a request, waited for until the request's
         deadline (``_begin``; none: the I/O timeout). Raises DeadlineError past it."""
         try:
@@ -171,11 +171,7 @@ class Session:
             if not self._timed_out(exc):
                 raise
             # in_step stays False: the reply may still come, the session is closed
-            raise error_for(
-                "DEADLINE_EXCEEDED",
-                "the daemon did not answer a bulk session request within "
-                f"{timeout_s or 0:.3g} s (the call's timeout)",
-            ) from None
+            raise self._deadline_error("the daemon's answer to a bulk session request") from None
 
     def put(
         self,
@@ -202,7 +198,7 @@ class Session:
                 OP_PUT, request_msg.SerializeToString(), FLAG_ACCEPT_WITH_RESULT, timeout_s
             )
             send_parts(self.sock, [head, *views])
-            first = self._first_answer(timeout_s)
+            first = self._first_answer()
             if first.code != "OK":
                 self.in_step = True  # the daemon read and dropped the bytes
                 raise refusal(error_for(first.code, first.message, first.request_id))
