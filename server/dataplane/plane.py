@@ -15,9 +15,10 @@ from tiermem.server.dataplane.limits import ByteBudget
 from tiermem.server.dataplane.shm import ArenaInfo, SharedMemoryPlane
 from tiermem.server.dataplane.transfers import BulkTransfers
 from tiermem.server.metrics import Metrics
-from tiermem.server.model import ObjectKey
+from tiermem.server.model import ObjectKey, Tier
 from tiermem.server.services.leases import Lease, LeaseTable
 from tiermem.server.services.objects import ObjectService
+from tiermem.server.tiers.dram import DramEngine
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,9 @@ class DataPlane:
         self.leases = LeaseTable(dp.max_leases, observe=self._lease_ended)
         self.shm = SharedMemoryPlane(objects, dp, self.leases, self.budget, metrics)
         self.transfers = BulkTransfers(objects, dp, self.budget, metrics)
+        dram = objects.store.memory.get(Tier.DRAM)
+        if isinstance(dram, DramEngine):  # large values leave by sendfile from its file
+            self.transfers.arena = dram
         self._bulk = BulkServer(self.transfers, dp.bulk, metrics) if dp.bulk.enabled else None
         metrics.dataplane_leases_active.set_function(lambda: len(self.leases))
         metrics.bulk_tickets_active.set_function(lambda: len(self.transfers.tickets))

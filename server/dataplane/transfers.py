@@ -25,6 +25,7 @@ the same ticket rules (single use, expiry, owner binding, byte budget).
 from __future__ import annotations
 
 import secrets
+import socket
 import threading
 import time
 import zlib
@@ -38,6 +39,7 @@ import xxhash
 from tiermem.dataplane_wire import TICKET_ID_BYTES, send_parts
 from tiermem.server.config import DataPlaneConfig
 from tiermem.server.dataplane.limits import ByteBudget, check_batch
+from tiermem.server.dataplane.sendfile import send_values
 from tiermem.server.errors import (
     CapacityExceeded,
     FailedPrecondition,
@@ -49,6 +51,7 @@ from tiermem.server.metrics import Metrics
 from tiermem.server.model import ObjectKey, ObjectMeta, Profile
 from tiermem.server.services.objects import FilledPut, ObjectRead, ObjectService, PutSpec
 from tiermem.server.tiers.base import Reservation
+from tiermem.server.tiers.dram import DramEngine
 from tiermem.v1 import common_pb2 as pb
 
 #: Received bytes are hashed in windows of this size, right after they land
@@ -213,6 +216,9 @@ class BulkTransfers:
         #: brings objects not held here in from the remote tier before a read
         #: (``RemoteService.fill``; set by the daemon when it has one)
         self.fill: Callable[[Sequence[ObjectKey]], None] | None = None
+        #: the DRAM arena: gets on a socket send its large values from the
+        #: arena's file with sendfile (``dataplane.sendfile``); None: from views
+        self.arena: DramEngine | None = None
 
     def _check_batch(self, n: int, what: str) -> None:
         if not self.address:
@@ -348,7 +354,11 @@ class BulkTransfers:
             raise FailedPrecondition("this ticket is for a put, not a get")
         try:
             views = [item.reader.view for item in ticket.gets if item.reader is not None]
-            send_parts(channel, [header, *views])
+            arena = self.arena
+            if arena is not None and isinstance(channel, socket.socket):
+                send_values(channel, header, views, arena.file_fd, arena.file_span)
+            else:
+                send_parts(channel, [header, *views])
             sent = sum(view.nbytes for view in views)
         finally:
             ticket.end()

@@ -13,6 +13,7 @@ Location encoding: ``>= 0`` is an arena offset; ``< 0`` is ``-handle`` of the sm
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import secrets
@@ -80,9 +81,14 @@ class DramEngine:
             os.ftruncate(fd, size)
             flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if prefault else 0)
             self._mmap = mmap.mmap(fd, size, flags=flags)
-        finally:
+        except BaseException:
             os.close(fd)
+            raise
+        #: the arena file, open for as long as the engine: bulk gets send large
+        #: values from it with sendfile(2) (``file_span``)
+        self.file_fd = fd
         self._arena = np.frombuffer(self._mmap, dtype=np.uint8)
+        self._base = int(self._arena.ctypes.data)
         self._view = memoryview(self._mmap)
 
     @property
@@ -132,6 +138,17 @@ class DramEngine:
             return memoryview(self._small[-location]).toreadonly()
         return self._view[location : location + size].toreadonly()
 
+    def file_span(self, view: memoryview) -> int | None:
+        """Where ``view``'s bytes lie in the arena file (``file_fd``): their
+        offset, or None when the view is not a slice of the arena (a small
+        value's own buffer, a copy)."""
+        if not view.c_contiguous:
+            return None
+        offset = int(np.frombuffer(view, dtype=np.uint8).ctypes.data) - self._base
+        if offset < 0 or offset + view.nbytes > len(self._arena):
+            return None
+        return offset
+
     def write_view(self, location: int, size: int) -> memoryview:
         """Writable view of an arena extent (shared-memory writers)."""
         if location < 0:
@@ -150,6 +167,8 @@ class DramEngine:
     def close(self) -> None:
         self._small.clear()
         self._arena = np.empty(0, dtype=np.uint8)
+        with contextlib.suppress(OSError):
+            os.close(self.file_fd)
         try:
             self._view.release()
             self._mmap.close()
