@@ -460,6 +460,9 @@ class KvClient:
                 buffers[index] = bytearray(block.size_bytes) if buf is None else buf
             return buffers[index]
 
+        # without the caller's buffers, the data plane makes each block's new
+        # bytearray from the bytes themselves (one pass; no zeroed buffer first)
+        own = None if allocate is None else once
         hashes = _hashes(chunk_hashes)
         plane = self._fast("", path)
         results: list[FetchedBlock] = []
@@ -467,7 +470,7 @@ class KvClient:
             part = hashes[start : start + MAX_BATCH_BLOCKS]
             got = None
             if plane is not None:
-                got = self._get_fast(plane, scope, part, once, start, path, timeout_s)
+                got = self._get_fast(plane, scope, part, own, start, path, timeout_s)
             if got is None:
                 request = kv_pb2.GetBlocksRequest(scope=self._scope(scope), chunk_hashes=part)
                 got = self._get_payloads(request, once, start, timeout_s)
@@ -479,7 +482,7 @@ class KvClient:
         plane: DataPlane,
         scope: KvScope,
         hashes: list[bytes],
-        once: Allocator,
+        once: Allocator | None,
         first_index: int,
         path: str | None,
         timeout_s: float | None,
@@ -504,15 +507,19 @@ class KvClient:
                 checksum=info.checksum,
             )
 
-        def into(info: ObjectInfo, i: int) -> memoryview:
+        def into(info: ObjectInfo, i: int) -> memoryview | None:
             if info.codec:  # encoded bytes: land them in scratch, the stream redoes it
                 lossy.append(i)
                 return memoryview(bytearray(info.size_bytes))
+            if once is None:
+                return None  # a new bytearray, made by the data plane
             index = first_index + i
             return _writable(once(header(info, hashes[i]), index), info.size_bytes, index)
 
         try:
-            fetched = plane.get_many(refs, allocate=into, path=path, timeout_s=timeout_s)
+            fetched = plane.get_many(
+                refs, allocate=into, path=path, timeout_s=timeout_s, fresh=bytearray
+            )
         except (NotFoundError, UnavailableError):
             # UNAVAILABLE: a block whose only copy is in a remote tier that is down;
             # the stream answers it as missing (or fails the same if the daemon is)
@@ -520,6 +527,11 @@ class KvClient:
         if lossy:
             return None
         blocks = [header(f.info, h) for f, h in zip(fetched, hashes, strict=True)]
+        if once is None:
+            return [
+                dataclasses.replace(b, data=_bytearray_of(f.data))
+                for b, f in zip(blocks, fetched, strict=True)
+            ]
         # every buffer was handed out (and memoized) by ``into`` already
         return [dataclasses.replace(b, data=once(b, first_index + i)) for i, b in enumerate(blocks)]
 
@@ -660,6 +672,15 @@ def _fetched(info: kv_pb2.BlockInfo) -> FetchedBlock:
         size_bytes=info.size_bytes,
         checksum=info.checksum.value,
     )
+
+
+def _bytearray_of(view: memoryview) -> bytearray:
+    """The bytearray a fetched value's view shows (a copy only if it is not
+    the whole of one, e.g. a value the gRPC fallback carried)."""
+    obj = view.obj
+    if isinstance(obj, bytearray) and len(obj) == view.nbytes:
+        return obj
+    return bytearray(view)
 
 
 def _writable(buf: Any, size: int, index: int) -> memoryview:

@@ -95,7 +95,9 @@ Buffer = Any  # bytes-like or numpy array
 #: writable flat byte view at least ``size_bytes`` long), None = a new buffer.
 _Target = Callable[[int, ObjectInfo], "memoryview | None"]
 #: ``allocate(metadata, index of the object in the request)`` for ``get_many``.
-Allocate = Callable[[ObjectInfo, int], memoryview]
+Allocate = Callable[[ObjectInfo, int], "memoryview | None"]
+#: The type of the new buffers ``get_many`` makes where none was given.
+Fresh = type[bytes] | type[bytearray]
 
 
 @dataclass(frozen=True, slots=True)
@@ -782,19 +784,22 @@ class DataPlane:
         allocate: Allocate | None = None,
         path: str | None = None,
         timeout_s: float | None = None,
+        fresh: Fresh = bytes,
     ) -> list[Fetched]:
         """Read whole objects by the fastest path, one negotiation per batch.
 
         ``out``: one writable buffer per object, at least as large as the value
         (its first ``size_bytes`` are filled; ``Fetched.data`` views them); or
         ``allocate(info, index)`` returns that buffer once the value's metadata
-        is known (called at most once per object, even when a path falls back);
-        otherwise each value gets a new buffer. Raises NotFoundError naming the
-        first missing object."""
+        is known (called at most once per object, even when a path falls back;
+        None: a new buffer for this one); otherwise each value gets a new
+        buffer: ``bytes`` by default, ``bytearray`` with ``fresh=bytearray``
+        (shared-memory values are copied into it in one pass, without zeroing
+        it first). Raises NotFoundError naming the first missing object."""
         if out is not None and len(out) != len(refs):
             raise ValueError(f"{len(refs)} objects but {len(out)} output buffers")
         outs = [_wire.as_view(o) for o in out] if out is not None else None
-        allocated: dict[int, memoryview] = {}
+        allocated: dict[int, memoryview | None] = {}
 
         def target_in(idx: list[int]) -> _Target:
             def target(pos: int, info: ObjectInfo) -> memoryview | None:
@@ -812,7 +817,9 @@ class DataPlane:
         results: list[Fetched] = []
         for _start, fetched in self._batched(
             list(range(len(refs))),
-            lambda idx: self._get_fast([refs[i] for i in idx], target_in(idx), path, timeout_s),
+            lambda idx: self._get_fast(
+                [refs[i] for i in idx], target_in(idx), path, timeout_s, fresh
+            ),
         ):
             results.extend(fetched)
         return results
@@ -823,14 +830,15 @@ class DataPlane:
         target: _Target,
         path: str | None,
         timeout_s: float | None,
+        fresh: Fresh,
     ) -> list[Fetched]:
         offer, candidates = self._candidates(path, lambda p, o: True)
         return self._first_that_serves(
             path,
             candidates,
             {
-                "shm": lambda: self._get_shm(offer, refs, target, timeout_s),
-                "bulk": lambda: self._get_bulk(offer, refs, target, timeout_s),
+                "shm": lambda: self._get_shm(offer, refs, target, timeout_s, fresh),
+                "bulk": lambda: self._get_bulk(offer, refs, target, timeout_s, fresh),
             },
             lambda: [
                 self._get_grpc(ref, functools.partial(target, i), timeout_s)
@@ -847,6 +855,7 @@ class DataPlane:
         refs: list[ObjectRef],
         target: _Target,
         timeout_s: float | None,
+        fresh: Fresh = bytes,
     ) -> list[Fetched]:
         arena = offer.arena
         if arena is None:
@@ -877,7 +886,7 @@ class DataPlane:
                     if lease.inline
                     else arena.region(lease.offset, lease.length).data
                 )
-                data = _copy_out(src, target(i, info))
+                data = _copy_out(src, target(i, info), fresh)
                 # a value small enough to come back inline travelled in the reply
                 results.append(Fetched(info, data, carrier if lease.inline else "shm"))
             late = time.monotonic() > started + reply.ttl_ms / 1000.0
@@ -895,6 +904,7 @@ class DataPlane:
         refs: list[ObjectRef],
         target: _Target,
         timeout_s: float | None,
+        fresh: Fresh = bytes,
     ) -> list[Fetched]:
         request = dataplane_pb2.BeginGetRequest(
             keys=self._keys(refs), inline_max_bytes=self.threshold_bytes
@@ -905,7 +915,7 @@ class DataPlane:
                 reply = session.begin_get(request, self._timeout(timeout_s))
             except TiermemClientError as exc:
                 raise self._refusal(exc) from exc
-            results, streamed = self._landing(reply, target)
+            results, streamed = self._landing(reply, target, fresh)
             session.receive(streamed)
             return results
 
@@ -916,7 +926,7 @@ class DataPlane:
             lambda t: self._dp.BeginGet(request, timeout=t, metadata=self._transport.metadata),
             timeout_s,
         )
-        results, streamed = self._landing(ticket, target)
+        results, streamed = self._landing(ticket, target, fresh)
         if streamed:
             try:
                 self._bulk.get(
@@ -931,7 +941,7 @@ class DataPlane:
 
     @staticmethod
     def _landing(
-        ticket: dataplane_pb2.Ticket, target: _Target
+        ticket: dataplane_pb2.Ticket, target: _Target, fresh: Fresh = bytes
     ) -> tuple[list[Fetched], list[memoryview]]:
         """Where each object of a get ticket lands: inline values copied out now,
         streamed ones given views of their targets (returned in stream order)."""
@@ -942,7 +952,8 @@ class DataPlane:
             size = int(obj.size_bytes)
             into = target(i, info)
             if obj.inline:
-                results.append(Fetched(info, _copy_out(memoryview(obj.inline_data), into), "grpc"))
+                inline = _copy_out(memoryview(obj.inline_data), into, fresh)
+                results.append(Fetched(info, inline, "grpc"))
                 continue
             if into is not None:
                 if len(into) < size:
@@ -950,6 +961,8 @@ class DataPlane:
                         f"output buffer {i} holds {len(into)} bytes; {info.key} has {size}"
                     )
                 view = into[:size]
+            elif fresh is bytearray:  # received into: it must exist (zeroed) first
+                view = memoryview(bytearray(size))
             else:
                 view = np.empty(size, dtype=np.uint8).data
             streamed.append(view)
@@ -1005,10 +1018,11 @@ def _copy_in(dst: np.ndarray[Any, Any], src: memoryview, deadline: float) -> Non
         raise _Fallback()
 
 
-def _copy_out(src: memoryview, out: memoryview | None) -> memoryview:
-    """Copy a value into ``out`` (or new ``bytes``); returns a view of the copy."""
+def _copy_out(src: memoryview, out: memoryview | None, fresh: Fresh = bytes) -> memoryview:
+    """Copy a value into ``out`` (or a new ``fresh`` buffer, made from ``src``
+    in one pass); returns a view of the copy."""
     if out is None:
-        return memoryview(bytes(src))
+        return memoryview(fresh(src))
     if len(out) < len(src):
         raise ValueError(f"output buffer holds {len(out)} bytes; the value has {len(src)}")
     target = out[: len(src)]

@@ -97,3 +97,24 @@ def test_a_bad_scope_is_refused_before_any_byte_moves(client: Client) -> None:
     with pytest.raises(InvalidArgumentError, match="must not contain"):
         client.kv.put_blocks(bad, [KvBlock(1, torch.ones(BIG))])
     assert client.path_stats()["shm"]["puts"] == 0
+
+
+@pytest.mark.parametrize("path", ["shm", "bulk", "grpc"])
+def test_blocks_read_without_buffers_are_new_bytearrays_of_their_own(
+    daemon: Daemon, path: str
+) -> None:
+    """Without ``out`` or ``allocate`` each block comes back in a new bytearray
+    (made from the leased bytes in one pass on the shared-memory path): exact,
+    writable, and not a window on the daemon's copy."""
+    with Client(daemon.address, timeout_s=30, fast_paths=(path, "grpc")) as client:
+        blocks = [KvBlock(10 + i, torch.randn(BIG) * (i + 1)) for i in range(3)]
+        client.kv.put_blocks(SCOPE, blocks)
+        got = client.kv.get_blocks(SCOPE, [10, 11, 12])
+        assert moved(client, path)[1] == (3 if path != "grpc" else 0)
+        for block, back in zip(blocks, got, strict=True):
+            assert type(back.data) is bytearray
+            assert bytes(back.data) == block.data.numpy().tobytes()
+            back.data[:4] = b"\xff\xff\xff\xff"  # ours to change
+        again = client.kv.get_blocks(SCOPE, [10, 11, 12])
+        for block, back in zip(blocks, again, strict=True):
+            assert bytes(back.data) == block.data.numpy().tobytes()
