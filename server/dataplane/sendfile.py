@@ -11,6 +11,8 @@ small values keep leaving with the reply in one gathered ``sendmsg``.
 
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import select
 import socket
@@ -18,6 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tiermem.dataplane_wire import send_parts
+
+log = logging.getLogger(__name__)
 
 #: Values at least this large (bytes) are sent from the arena file by sendfile.
 SENDFILE_MIN_BYTES = 1 << 20
@@ -36,21 +40,41 @@ class FileSpan:
     nbytes: int
 
 
+#: errnos saying this kernel or file system cannot sendfile from the arena to
+#: a socket (a sandboxed kernel, an unusual mount): values then leave from
+#: memory, for the rest of the process's life.
+_UNSUPPORTED = frozenset({errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
+_supported = True
+
+
+class Unsupported(Exception):
+    """sendfile cannot be used here; nothing of the span was sent."""
+
+
 def send_values(
     conn: socket.socket, header: bytes, views: Sequence[memoryview], fd: int, locate: Locate
 ) -> None:
     """Write ``header`` and then ``views`` back to back on ``conn``: runs of
     small values (and values outside the file) gathered by ``sendmsg`` as
     ``send_parts`` does, large values that lie in file ``fd`` by sendfile."""
+    global _supported
     run: list[bytes | memoryview] = [header]
     for view in views:
-        offset = locate(view) if view.nbytes >= SENDFILE_MIN_BYTES else None
+        large = _supported and view.nbytes >= SENDFILE_MIN_BYTES
+        offset = locate(view) if large else None
         if offset is None:
             run.append(view)
             continue
         send_parts(conn, run)
         run = []
-        send_span(conn, FileSpan(fd, offset, view.nbytes))
+        try:
+            send_span(conn, FileSpan(fd, offset, view.nbytes))
+        except Unsupported as exc:
+            _supported = False
+            log.warning(
+                "sendfile from the arena is not supported here (%s); sending from memory", exc
+            )
+            run.append(view)
     send_parts(conn, run)
 
 
@@ -71,6 +95,10 @@ def send_span(conn: socket.socket, span: FileSpan) -> None:
             if not poller.poll(None if timeout is None else timeout * 1000):
                 raise TimeoutError("timed out sending a value to the bulk client") from None
             continue
+        except OSError as exc:
+            if exc.errno in _UNSUPPORTED and left == span.nbytes:
+                raise Unsupported(str(exc)) from None
+            raise
         if sent == 0:
             raise OSError(f"the arena file ended {left} bytes before a value's end")
         offset += sent

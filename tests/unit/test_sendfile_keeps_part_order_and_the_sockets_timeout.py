@@ -4,6 +4,7 @@ reading fails the send within the socket's timeout instead of hanging it."""
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import threading
@@ -82,3 +83,44 @@ def test_a_peer_that_stops_reading_fails_the_send_within_the_timeout(tmp_path: P
         a.close()
         b.close()
         os.close(fd)
+
+
+def test_a_kernel_without_sendfile_to_sockets_gets_the_values_from_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tiermem.server.dataplane import sendfile as module
+
+    monkeypatch.setattr(module, "_supported", True)
+    calls: list[int] = []
+
+    def refuse(out: int, in_: int, offset: int, count: int) -> int:
+        calls.append(count)
+        raise OSError(errno.EINVAL, "Invalid argument")
+
+    monkeypatch.setattr(os, "sendfile", refuse)
+    data = os.urandom(2 * MiB)
+    fd = _file(tmp_path, data)
+    a, b = socket.socketpair()
+    got = bytearray()
+    expected = b"H" + data + data
+
+    def read() -> None:
+        while len(got) < len(expected):
+            chunk = b.recv(1 << 20)
+            if not chunk:
+                return
+            got.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        a.settimeout(10)
+        view = memoryview(data)
+        send_values(a, b"H", [view, view], fd, lambda _view: 0)
+        reader.join(10)
+    finally:
+        a.close()
+        b.close()
+        os.close(fd)
+    assert bytes(got) == expected
+    assert len(calls) == 1  # tried once; after that straight from memory
