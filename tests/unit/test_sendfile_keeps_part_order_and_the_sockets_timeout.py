@@ -9,6 +9,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,27 @@ def _file(tmp_path: Path, data: bytes) -> int:
     path = tmp_path / "arena"
     path.write_bytes(data)
     return os.open(path, os.O_RDONLY)
+
+
+def _received(send: Callable[[socket.socket], None], nbytes: int) -> bytes:
+    """What a peer reading ``nbytes`` gets while ``send(socket)`` runs."""
+    a, b = socket.socketpair()
+    got = bytearray()
+
+    def read() -> None:
+        while len(got) < nbytes:
+            chunk = b.recv(1 << 20)
+            if not chunk:
+                return
+            got.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    with a, b:
+        a.settimeout(10)
+        send(a)
+        reader.join(10)
+    return bytes(got)
 
 
 def test_values_from_memory_and_from_the_file_arrive_in_order(tmp_path: Path) -> None:
@@ -44,28 +66,12 @@ def test_values_from_memory_and_from_the_file_arrive_in_order(tmp_path: Path) ->
             located.append(offset)
         return offset
 
-    a, b = socket.socketpair()
-    got = bytearray()
-
-    def read() -> None:
-        while len(got) < len(expected):
-            chunk = b.recv(1 << 20)
-            if not chunk:
-                return
-            got.extend(chunk)
-
-    reader = threading.Thread(target=read)
-    reader.start()
     try:
-        a.settimeout(10)
-        send_values(a, b"HEADER", views, fd, locate)
-        reader.join(10)
+        got = _received(lambda conn: send_values(conn, b"HEADER", views, fd, locate), len(expected))
     finally:
-        a.close()
-        b.close()
         os.close(fd)
     assert located == [4096, 2 * MiB]  # the small values were never located
-    assert bytes(got) == expected
+    assert got == expected
 
 
 def test_a_peer_that_stops_reading_fails_the_send_within_the_timeout(tmp_path: Path) -> None:
@@ -100,27 +106,13 @@ def test_a_kernel_without_sendfile_to_sockets_gets_the_values_from_memory(
     monkeypatch.setattr(os, "sendfile", refuse)
     data = os.urandom(2 * MiB)
     fd = _file(tmp_path, data)
-    a, b = socket.socketpair()
-    got = bytearray()
     expected = b"H" + data + data
-
-    def read() -> None:
-        while len(got) < len(expected):
-            chunk = b.recv(1 << 20)
-            if not chunk:
-                return
-            got.extend(chunk)
-
-    reader = threading.Thread(target=read)
-    reader.start()
+    view = memoryview(data)
     try:
-        a.settimeout(10)
-        view = memoryview(data)
-        send_values(a, b"H", [view, view], fd, lambda _view: 0)
-        reader.join(10)
+        got = _received(
+            lambda conn: send_values(conn, b"H", [view, view], fd, lambda _view: 0), len(expected)
+        )
     finally:
-        a.close()
-        b.close()
         os.close(fd)
-    assert bytes(got) == expected
+    assert got == expected
     assert len(calls) == 1  # tried once; after that straight from memory
