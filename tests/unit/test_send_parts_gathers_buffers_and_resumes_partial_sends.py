@@ -4,11 +4,9 @@ send stopped (mid-buffer, or after a batch of SENDMSG_MAX_PARTS buffers)."""
 
 from __future__ import annotations
 
-import socket
-import threading
-
 import numpy as np
 
+from tests.unit.peer import received_while
 from tiermem.dataplane_wire import SENDMSG_MAX_PARTS, send_parts
 
 
@@ -79,20 +77,6 @@ def test_typed_views_are_sent_as_their_bytes_and_channels_without_sendmsg_work()
 
 def test_a_real_socket_receives_a_large_gathered_send_exactly() -> None:
     parts = parts_of([9, 3 << 20, 1, 5 << 20], seed=2)
-    a, b = socket.socketpair()
-    got = bytearray()
-
-    def read() -> None:
-        while len(got) < sum(map(len, parts)):
-            chunk = b.recv(1 << 20)
-            if not chunk:
-                return
-            got.extend(chunk)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    with a, b:
-        a.settimeout(10)  # timeout mode: the kernel may take part of a sendmsg
-        send_parts(a, parts)
-        reader.join(10)
-    assert bytes(got) == b"".join(parts)
+    # timeout mode: the kernel may take part of a sendmsg
+    got = received_while(lambda conn: send_parts(conn, parts), sum(map(len, parts)))
+    assert got == b"".join(parts)

@@ -7,13 +7,12 @@ from __future__ import annotations
 import errno
 import os
 import socket
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.unit.peer import received_while
 from tiermem.server.dataplane.sendfile import SENDFILE_MIN_BYTES, send_values
 
 MiB = 1 << 20
@@ -23,27 +22,6 @@ def _file(tmp_path: Path, data: bytes) -> int:
     path = tmp_path / "arena"
     path.write_bytes(data)
     return os.open(path, os.O_RDONLY)
-
-
-def _received(send: Callable[[socket.socket], None], nbytes: int) -> bytes:
-    """What a peer reading ``nbytes`` gets while ``send(socket)`` runs."""
-    a, b = socket.socketpair()
-    got = bytearray()
-
-    def read() -> None:
-        while len(got) < nbytes:
-            chunk = b.recv(1 << 20)
-            if not chunk:
-                return
-            got.extend(chunk)
-
-    reader = threading.Thread(target=read)
-    reader.start()
-    with a, b:
-        a.settimeout(10)
-        send(a)
-        reader.join(10)
-    return bytes(got)
 
 
 def test_values_from_memory_and_from_the_file_arrive_in_order(tmp_path: Path) -> None:
@@ -67,7 +45,9 @@ def test_values_from_memory_and_from_the_file_arrive_in_order(tmp_path: Path) ->
         return offset
 
     try:
-        got = _received(lambda conn: send_values(conn, b"HEADER", views, fd, locate), len(expected))
+        got = received_while(
+            lambda conn: send_values(conn, b"HEADER", views, fd, locate), len(expected)
+        )
     finally:
         os.close(fd)
     assert located == [4096, 2 * MiB]  # the small values were never located
@@ -109,7 +89,7 @@ def test_a_kernel_without_sendfile_to_sockets_gets_the_values_from_memory(
     expected = b"H" + data + data
     view = memoryview(data)
     try:
-        got = _received(
+        got = received_while(
             lambda conn: send_values(conn, b"H", [view, view], fd, lambda _view: 0), len(expected)
         )
     finally:
