@@ -855,7 +855,7 @@ class DataPlane:
         refs: list[ObjectRef],
         target: _Target,
         timeout_s: float | None,
-        fresh: Fresh = bytes,
+        fresh: Fresh,
     ) -> list[Fetched]:
         arena = offer.arena
         if arena is None:
@@ -904,7 +904,7 @@ class DataPlane:
         refs: list[ObjectRef],
         target: _Target,
         timeout_s: float | None,
-        fresh: Fresh = bytes,
+        fresh: Fresh,
     ) -> list[Fetched]:
         request = dataplane_pb2.BeginGetRequest(
             keys=self._keys(refs), inline_max_bytes=self.threshold_bytes
@@ -941,7 +941,7 @@ class DataPlane:
 
     @staticmethod
     def _landing(
-        ticket: dataplane_pb2.Ticket, target: _Target, fresh: Fresh = bytes
+        ticket: dataplane_pb2.Ticket, target: _Target, fresh: Fresh
     ) -> tuple[list[Fetched], list[memoryview]]:
         """Where each object of a get ticket lands: inline values copied out now,
         streamed ones given views of their targets (returned in stream order)."""
@@ -1018,7 +1018,7 @@ def _copy_in(dst: np.ndarray[Any, Any], src: memoryview, deadline: float) -> Non
         raise _Fallback()
 
 
-def _copy_out(src: memoryview, out: memoryview | None, fresh: Fresh = bytes) -> memoryview:
+def _copy_out(src: memoryview, out: memoryview | None, fresh: Fresh) -> memoryview:
     """Copy a value into ``out`` (or a new ``fresh`` buffer, made from ``src``
     in one pass); returns a view of the copy."""
     if out is None:
