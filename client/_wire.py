@@ -128,35 +128,77 @@ def put_header(
     return header
 
 
+#: members by wire value: a dict lookup is several times cheaper than ``Kind(value)``
+_KINDS = {int(m): m for m in Kind}
+_TIERS = {int(m): m for m in Tier}
+_HINTS = {int(m): m for m in AccessHint}
+_PRECISIONS = {int(m): m for m in Precision}
+_DURABILITIES = {int(m): m for m in Durability}
+#: Profiles seen, by their fields: a profile is immutable and nearly every
+#: object of a workload shares one of a handful, so ``info`` reuses them.
+_PROFILES: dict[tuple[Any, ...], Profile] = {}
+_PROFILES_MAX = 1024
+
+
+def _member(members: dict[int, Any], enum: Any, value: int) -> Any:
+    """``enum(value)`` through its members table (unknown values raise as before)."""
+    found = members.get(value)
+    return found if found is not None else enum(value)
+
+
+def _profile(p: common_pb2.Profile) -> Profile:
+    fields = (
+        p.hint,
+        p.ttl_s,
+        p.next_access_unix_ms,
+        p.precision,
+        p.lossy_max_error,
+        p.durability,
+        p.pin,
+        p.preferred_tier,
+    )
+    known = _PROFILES.get(fields)
+    if known is not None:
+        return known
+    hint, ttl_s, next_ms, precision, max_error, durability, pin, tier = fields
+    profile = Profile(
+        _member(_HINTS, AccessHint, hint),
+        ttl_s,
+        next_ms,
+        _member(_PRECISIONS, Precision, precision),
+        max_error,
+        _member(_DURABILITIES, Durability, durability),
+        pin,
+        _member(_TIERS, Tier, tier) if tier else None,
+    )
+    if len(_PROFILES) >= _PROFILES_MAX:
+        _PROFILES.clear()
+    _PROFILES[fields] = profile
+    return profile
+
+
 def info(meta: common_pb2.ObjectMeta) -> ObjectInfo:
-    p = meta.profile
+    """The client's view of an object's metadata message. (Called for every
+    object of every batch: fields are passed by position and enums looked up.)"""
+    key, tensor = meta.key, meta.tensor
     return ObjectInfo(
-        namespace=meta.key.namespace,
-        kind=Kind(meta.key.kind),
-        key=meta.key.key,
-        size_bytes=meta.size_bytes,
-        checksum=meta.checksum.value,
-        tier=Tier(meta.tier) if meta.tier else Tier.SSD,
-        persisted=meta.persisted,
-        version=meta.version,
-        session=meta.session,
-        dtype=meta.tensor.dtype,
-        shape=tuple(meta.tensor.shape),
-        memory_format=meta.tensor.memory_format,
-        codec=meta.codec,
-        created_unix_ms=meta.created_unix_ms,
-        accessed_unix_ms=meta.accessed_unix_ms,
-        expires_unix_ms=meta.expires_unix_ms,
-        profile=Profile(
-            hint=AccessHint(p.hint),
-            ttl_s=p.ttl_s,
-            next_access_unix_ms=p.next_access_unix_ms,
-            precision=Precision(p.precision),
-            lossy_max_error=p.lossy_max_error,
-            durability=Durability(p.durability),
-            pin=p.pin,
-            preferred_tier=Tier(p.preferred_tier) if p.preferred_tier else None,
-        ),
+        key.namespace,
+        _member(_KINDS, Kind, key.kind),
+        key.key,
+        meta.size_bytes,
+        meta.checksum.value,
+        _member(_TIERS, Tier, meta.tier) if meta.tier else Tier.SSD,
+        meta.persisted,
+        meta.version,
+        meta.session,
+        tensor.dtype,
+        tuple(tensor.shape),
+        tensor.memory_format,
+        meta.codec,
+        meta.created_unix_ms,
+        meta.accessed_unix_ms,
+        meta.expires_unix_ms,
+        _profile(meta.profile),
     )
 
 

@@ -105,8 +105,8 @@ def ticket_message(ticket: Ticket, address: str) -> dataplane_pb2.Ticket:
             algorithm, value = put.spec.checksum
             obj.checksum.CopyFrom(common_pb2.Checksum(algorithm=algorithm, value=value))  # type: ignore[arg-type]
     for get in ticket.gets:
-        meta = get.wire if get.wire is not None else meta_to_proto(get.meta)
-        obj = msg.objects.add(size_bytes=get.meta.size_bytes, inline=get.inline is not None)
+        meta = get.wire
+        obj = msg.objects.add(size_bytes=get.size, inline=get.inline is not None)
         obj.key.CopyFrom(meta.key)
         obj.checksum.CopyFrom(meta.checksum)
         obj.meta.CopyFrom(meta)

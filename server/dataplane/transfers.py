@@ -80,10 +80,10 @@ class PutItem:
 
 @dataclass(slots=True)
 class GetItem:
-    meta: ObjectMeta
+    size: int
+    wire: pb.ObjectMeta  # the object's metadata, as the reply sends it
     reader: ObjectRead | None  # None when inline
     inline: bytes | None
-    wire: pb.ObjectMeta | None = None  # ``meta`` as a message, when the read had it
 
 
 #: Ticket operations: object puts and gets, and streams of another service.
@@ -111,7 +111,7 @@ class Ticket:
             return self.streamed_bytes
         if self.op == "put":
             return sum(item.spec.size_bytes for item in self.puts)
-        return sum(item.meta.size_bytes for item in self.gets if item.reader is not None)
+        return sum(item.size for item in self.gets if item.reader is not None)
 
 
 class TicketTable:
@@ -314,12 +314,10 @@ class BulkTransfers:
             readers.reverse()  # popped from the end, in key order
             while readers:
                 reader = readers.pop()
-                size = reader.meta.size_bytes
+                size = reader.size_bytes
                 if size <= inline_max:
                     try:
-                        ticket.gets.append(
-                            GetItem(reader.meta, None, bytes(reader.view), reader.wire)
-                        )
+                        ticket.gets.append(GetItem(size, reader.wire, None, bytes(reader.view)))
                     finally:
                         reader.release()
                     continue
@@ -328,7 +326,7 @@ class BulkTransfers:
                 except BaseException:
                     reader.release()
                     raise
-                ticket.gets.append(GetItem(reader.meta, reader, None, reader.wire))
+                ticket.gets.append(GetItem(size, reader.wire, reader, None))
                 ticket.held_bytes += size
             self.tickets.issue(ticket)
         except BaseException:

@@ -52,6 +52,7 @@ from tiermem.server.model import (
     validate_namespace,
     validate_session,
 )
+from tiermem.server.protoconv import meta_from_proto
 from tiermem.server.services.guard import Role, Ticket
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.placement import PlacementService, Promotion
@@ -98,9 +99,14 @@ class StagedPut:
 @dataclass(slots=True)
 class ObjectRead:
     """An object being read: its metadata and a view of the requested range.
-    ``release`` must be called once the view is no longer used."""
+    ``release`` must be called once the view is no longer used.
 
-    meta: ObjectMeta
+    The metadata arrives as its wire message (``wire``, the catalog record's
+    own, with the live fields set); the domain ``meta`` is converted from it
+    only when asked for, since most replies send ``wire`` as it is."""
+
+    #: the metadata as a message; replies reuse it as is: not to be modified
+    wire: pb.ObjectMeta
     view: memoryview
     _value: ValueRead
     tier: Tier = Tier.SSD
@@ -113,9 +119,19 @@ class ObjectRead:
     #: the guard's admission of this read (in-flight limits), ended by ``release``
     #: (a share of one admission when the read was opened by ``read_many``)
     ticket: Ticket | SharedAdmission | None = None
-    #: ``meta`` as its wire message when the reader had it at hand (replies
-    #: reuse it instead of converting ``meta``); not to be modified
-    wire: pb.ObjectMeta | None = None
+    _meta: ObjectMeta | None = None
+
+    @property
+    def meta(self) -> ObjectMeta:
+        """The object's metadata (converted from ``wire`` on first use)."""
+        if self._meta is None:
+            self._meta = meta_from_proto(self.wire)
+        return self._meta
+
+    @property
+    def size_bytes(self) -> int:
+        """The whole object's size (not the view's, for a range read)."""
+        return int(self.wire.size_bytes)
 
     def release(self) -> None:
         try:
@@ -770,34 +786,43 @@ class ObjectService:
         self, keys: Sequence[ObjectKey], caller: str, readers: list[ObjectRead | None]
     ) -> None:
         """Open the objects of ``keys`` served from a memory tier under one hold of
-        the lock (``readers[i]`` set for those; the rest are left None)."""
+        the lock (``readers[i]`` set for those; the rest are left None). The
+        index is searched and its rows read and touched for all keys at once."""
         store, catalog, memory = self.store, self.catalog, self.store.memory
+        encoded = [key.encode() for key in keys]
         served: Counter[tuple[str, str]] = Counter()
+        found: list[tuple[int, Entry, pb.ObjectMeta, ObjectMeta | None]] = []
         with store.lock:
-            for i, key in enumerate(keys):
-                encoded = key.encode()
-                entry = catalog.find(encoded)
+            entries = catalog.entries(catalog.index.find_many(encoded))
+            for i, entry in enumerate(entries):
                 if entry is None or entry.tier not in memory:
                     continue
-                meta, wire = catalog.meta_and_wire(encoded, entry)
+                wire = catalog.wire(encoded[i], entry)
+                meta = None  # converted only if a check needs it
                 if caller:
+                    meta = meta_from_proto(wire)
                     self.guard.check_access(meta, caller, write=False)
-                catalog.touch(entry.row, encoded)
-                promotion = self.placement.take_promotion(encoded)
+                found.append((i, entry, wire, meta))
+            # every check passed: count the reads, then lease the values
+            catalog.touch_many([f[1].row for f in found], [encoded[f[0]] for f in found])
+            for i, entry, wire, meta in found:
+                promotion = self.placement.take_promotion(encoded[i])
                 value = store.lease_memory(entry)
                 promote = (
-                    None if promotion is None else self._promoter(encoded, entry, value, promotion)
+                    None
+                    if promotion is None
+                    else self._promoter(encoded[i], entry, value, promotion)
                 )
                 readers[i] = ObjectRead(
-                    meta,
-                    value.view[: meta.size_bytes],
+                    wire,
+                    value.view[: entry.size],
                     value,
                     entry.tier,
                     entry.loc,
                     promote,
-                    wire=wire,
+                    _meta=meta,
                 )
-                served[(key.kind.name, entry.tier.name)] += 1
+                served[(keys[i].kind.name, entry.tier.name)] += 1
         tiers = store.tier_names()
         for (kind, tier), n in served.items():
             store.metrics.count_read(kind, tier, tiers, n)
@@ -838,7 +863,7 @@ class ObjectService:
         promotion = promotions[-1] if promotions else None
         promote = None if promotion is None else self._promoter(encoded, entry, value, promotion)
         return ObjectRead(
-            meta, value.view[offset:end], value, entry.tier, location, promote, wire=wires[-1]
+            wires[-1], value.view[offset:end], value, entry.tier, location, promote, _meta=meta
         )
 
     def _promoter(
