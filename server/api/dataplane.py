@@ -164,7 +164,7 @@ def lease_reply(
     reply.arena_id = info.arena_id if info is not None else ""
     for g in grants:
         item = reply.leases.add()
-        item.meta.CopyFrom(meta_to_proto(g.meta))
+        item.meta.CopyFrom(g.wire)
         if g.lease is not None:
             item.lease_id = g.lease.lease_id
             item.offset = g.lease.offset
@@ -172,7 +172,7 @@ def lease_reply(
         else:
             item.inline = True
             item.inline_data = g.inline or b""
-            item.length = g.meta.size_bytes
+            item.length = g.wire.size_bytes
     return reply
 
 

@@ -57,10 +57,12 @@ from tiermem.server.dataplane.limits import ByteBudget, check_batch
 from tiermem.server.errors import FailedPrecondition, InvalidArgument, TiermemError
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Profile, Tier
+from tiermem.server.protoconv import meta_from_proto, meta_to_proto
 from tiermem.server.services.leases import Lease, LeaseKind, LeaseTable, Region
 from tiermem.server.services.objects import FilledPut, ObjectRead, ObjectService, PutSpec
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.dram import DramEngine
+from tiermem.v1 import common_pb2 as pb
 
 
 class RemoteStager(Protocol):
@@ -102,9 +104,13 @@ class PendingPut:
 class ReadGrant:
     """One object of a Lease reply: a lease on its bytes, or the bytes inline."""
 
-    meta: ObjectMeta
+    wire: pb.ObjectMeta  # the object's metadata, as the reply sends it
     lease: Lease | None
     inline: bytes | None
+
+    @property
+    def meta(self) -> ObjectMeta:
+        return meta_from_proto(self.wire)
 
 
 class StagedExtent:
@@ -351,7 +357,7 @@ class SharedMemoryPlane:
         self._check_batch(len(keys), "Lease")
         inline_max = min(inline_max_bytes or self._config.inline_max_bytes, self._inline_cap())
         staged = self._fill(arena, keys, inline_max)
-        opened: list[tuple[ObjectMeta, Region | None, bytes | None]] = []
+        opened: list[tuple[pb.ObjectMeta, Region | None, bytes | None]] = []
         readers: list[ObjectRead] = []
         try:
             rest = [key for key in keys if key not in staged]
@@ -370,8 +376,8 @@ class SharedMemoryPlane:
                     region[2]()
             raise
         grants = [
-            ReadGrant(meta, next(granted) if region is not None else None, inline)
-            for meta, region, inline in opened
+            ReadGrant(wire, next(granted) if region is not None else None, inline)
+            for wire, region, inline in opened
         ]
         leased_bytes = sum(region[1] for region in regions)
         self._metrics.dataplane_leases.labels("read").inc(len(regions))
@@ -380,7 +386,7 @@ class SharedMemoryPlane:
 
     def _fill(
         self, arena: DramEngine, keys: Sequence[ObjectKey], inline_max: int
-    ) -> dict[ObjectKey, tuple[ObjectMeta, Region | None, bytes | None]]:
+    ) -> dict[ObjectKey, tuple[pb.ObjectMeta, Region | None, bytes | None]]:
         """Bring in the objects not held here from the remote tier before they are
         opened: straight into staging extents (returned, ready to lease: their
         end adopts them) when a remote stager is set and the keys are distinct,
@@ -404,7 +410,11 @@ class SharedMemoryPlane:
         # every extent it reserved and does not return, it gives to _drop
         staged = remote.stage(keys, reserve, self._drop)
         return {
-            key: (meta, (r.location, r.size, partial(self._adopt, remote, meta, r), None), None)
+            key: (
+                meta_to_proto(meta),
+                (r.location, r.size, partial(self._adopt, remote, meta, r), None),
+                None,
+            )
             for key, (meta, r) in staged.items()
         }
 
@@ -423,23 +433,23 @@ class SharedMemoryPlane:
 
     def _open_one(
         self, arena: DramEngine, reader: ObjectRead, inline_max: int
-    ) -> tuple[ObjectMeta, Region | None, bytes | None]:
+    ) -> tuple[pb.ObjectMeta, Region | None, bytes | None]:
         """An opened object as a grant: inline bytes, its arena extent, or a staging copy."""
-        size = reader.meta.size_bytes
+        size = reader.size_bytes
         if size <= inline_max or size < arena.arena_min_bytes:
             try:
-                return reader.meta, None, bytes(reader.view)
+                return reader.wire, None, bytes(reader.view)
             finally:
                 reader.release()
         if reader.tier == Tier.DRAM and reader.location >= 0:
-            return reader.meta, (reader.location, size, reader.release, None), None
-        return reader.meta, self._staging_copy(reader), None
+            return reader.wire, (reader.location, size, reader.release, None), None
+        return reader.wire, self._staging_copy(reader), None
 
     def _staging_copy(self, reader: ObjectRead) -> Region:
         """Copy an object that is not in the arena into an extent the lease owns."""
-        size = reader.meta.size_bytes
+        size = reader.size_bytes
         try:
-            reservation = self._reserve_staging(size, reader.meta.key.kind)
+            reservation = self._reserve_staging(size, Kind(reader.wire.key.kind))
             try:
                 reservation.buffer[:] = reader.view
             except BaseException:
