@@ -96,6 +96,12 @@ class StagedPut:
     checksum: int | None = None
 
 
+#: Batches of at least this many objects look up and touch their index rows
+#: with numpy (one call per column); smaller ones row by row, which costs less
+#: than numpy's fixed overhead per call.
+VECTOR_MIN_OBJECTS = 16
+
+
 @dataclass(slots=True)
 class ObjectRead:
     """An object being read: its metadata and a view of the requested range.
@@ -793,7 +799,11 @@ class ObjectService:
         served: Counter[tuple[str, str]] = Counter()
         found: list[tuple[int, Entry, pb.ObjectMeta, ObjectMeta | None]] = []
         with store.lock:
-            entries = catalog.entries(catalog.index.find_many(encoded))
+            entries = (
+                catalog.entries(catalog.index.find_many(encoded))
+                if len(encoded) >= VECTOR_MIN_OBJECTS
+                else [catalog.find(e) for e in encoded]
+            )
             for i, entry in enumerate(entries):
                 if entry is None or entry.tier not in memory:
                     continue
