@@ -40,7 +40,7 @@ from tiermem.server.catalog.records import StoredRecord
 from tiermem.server.catalog.sessions import SessionIds
 from tiermem.server.errors import NotFound
 from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Tier, validate_namespace
-from tiermem.server.protoconv import meta_from_proto
+from tiermem.server.protoconv import meta_from_proto, meta_to_proto
 from tiermem.server.storage.rocks import Batch, RocksStore
 from tiermem.v1 import common_pb2 as pb
 
@@ -466,13 +466,19 @@ class Catalog:
 
     def stage_record(
         self, batch: Batch, encoded_key: bytes, meta: ObjectMeta, seg: int, seg_off: int
-    ) -> None:
+    ) -> pb.ObjectMeta:
+        """Stage ``meta``'s record (and its session and expiry index entries);
+        returns ``meta`` as the message the record holds (replies reuse it)."""
         ns_id = self.namespaces.get(meta.key.namespace, 0)
-        batch.put("objects", encoded_key, records.encode(meta, encoded_key, ns_id, seg, seg_off))
+        wire = meta_to_proto(meta)
+        batch.put(
+            "objects", encoded_key, records.encode(meta, encoded_key, ns_id, seg, seg_off, wire)
+        )
         if meta.session:
             batch.put("by_session", session_index_key(meta.session, encoded_key), b"")
         if meta.expires_unix_ms:
             batch.put("expiry", expiry_index_key(meta.expires_unix_ms, encoded_key), b"")
+        return wire
 
     def stage_ssd_location(self, batch: Batch, encoded_key: bytes, seg: int, seg_off: int) -> bool:
         """Point a record at a new SSD copy (demotion, compaction). False if it is gone."""

@@ -81,7 +81,15 @@ class StoredRecord:
         return bool(self.flags & FLAG_ON_SSD)
 
 
-def encode(meta: ObjectMeta, encoded_key: bytes, ns_id: int, seg: int, seg_off: int) -> bytes:
+def encode(
+    meta: ObjectMeta,
+    encoded_key: bytes,
+    ns_id: int,
+    seg: int,
+    seg_off: int,
+    wire: common_pb2.ObjectMeta | None = None,
+) -> bytes:
+    """The record of ``meta``; ``wire``: ``meta`` already converted to its message."""
     flags = 0
     if meta.profile.durability == Durability.DURABLE:
         flags |= FLAG_DURABLE
@@ -107,7 +115,7 @@ def encode(meta: ObjectMeta, encoded_key: bytes, ns_id: int, seg: int, seg_off: 
         hi,
         lo,
     )
-    return header + meta_to_proto(meta).SerializeToString()
+    return header + (meta_to_proto(meta) if wire is None else wire).SerializeToString()
 
 
 def decode(raw: bytes) -> StoredRecord:

@@ -29,9 +29,7 @@ from tiermem.server.dataplane.identity import normal_host, principal_of
 from tiermem.server.dataplane.transfers import BulkTransfers, Ticket, TransferBroken
 from tiermem.server.errors import TiermemError
 from tiermem.server.metrics import Metrics
-from tiermem.server.model import ObjectMeta
-from tiermem.server.protoconv import meta_to_proto
-from tiermem.v1 import dataplane_pb2
+from tiermem.v1 import common_pb2, dataplane_pb2
 
 log = logging.getLogger(__name__)
 
@@ -224,11 +222,12 @@ class BulkServer:
 
 
 def status(
-    code: str, message: str, metas: list[ObjectMeta] | None = None, request_id: str = ""
+    code: str, message: str, metas: list[common_pb2.ObjectMeta] | None = None, request_id: str = ""
 ) -> bytes:
+    """A framed TransferStatus; ``metas``: the committed objects of a put."""
     msg = dataplane_pb2.TransferStatus(code=code, message=message, request_id=request_id)
     if metas:
-        msg.metas.extend(meta_to_proto(m) for m in metas)
+        msg.metas.extend(metas)
     return frame(msg.SerializeToString())
 
 

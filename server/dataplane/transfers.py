@@ -48,7 +48,7 @@ from tiermem.server.errors import (
     PermissionDenied,
 )
 from tiermem.server.metrics import Metrics
-from tiermem.server.model import ObjectKey, ObjectMeta, Profile
+from tiermem.server.model import ObjectKey, Profile
 from tiermem.server.services.objects import FilledPut, ObjectRead, ObjectService, PutSpec
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.dram import DramEngine
@@ -261,13 +261,14 @@ class BulkTransfers:
         ticket.puts = []
         ticket.held_bytes = 0
 
-    def receive(self, ticket: Ticket, channel: Channel) -> list[ObjectMeta]:
+    def receive(self, ticket: Ticket, channel: Channel) -> list[pb.ObjectMeta]:
         """Fill the ticket's reservations from ``channel`` and commit them.
 
         Raises TransferBroken if the stream ends or fails early, Corrupted if an
         announced checksum does not match; either way nothing is stored. The
         batch is committed as one unit (``ObjectService.commit_filled_many``):
-        every object becomes visible, or none does."""
+        every object becomes visible, or none does. Returns the committed
+        objects' metadata messages, for the reply."""
         if ticket.op != "put":
             raise FailedPrecondition("this ticket is for a get, not a put")
         sums: list[int] = []
@@ -282,14 +283,17 @@ class BulkTransfers:
             ticket.end()
             raise
         items, ticket.puts = ticket.puts, []
+        wires: list[pb.ObjectMeta] = []
         try:
-            return self._objects.commit_filled_many(
+            self._objects.commit_filled_many(
                 [
                     FilledPut(item.spec, item.profile, item.reservation, xxh3)
                     for item, xxh3 in zip(items, sums, strict=True)
                 ],
                 path="bulk",
+                wires=wires,
             )
+            return wires
         finally:  # committed or aborted, the reservations are consumed
             self._budget.give(ticket.held_bytes)
             ticket.held_bytes = 0

@@ -52,7 +52,7 @@ from tiermem.server.model import (
     validate_namespace,
     validate_session,
 )
-from tiermem.server.protoconv import meta_from_proto
+from tiermem.server.protoconv import meta_from_proto, meta_to_proto
 from tiermem.server.services.guard import Role, Ticket
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.placement import PlacementService, Promotion
@@ -390,7 +390,12 @@ class ObjectService:
         return meta
 
     def commit_filled_many(
-        self, puts: Sequence[FilledPut], path: str, *, publish: bool = True
+        self,
+        puts: Sequence[FilledPut],
+        path: str,
+        *,
+        publish: bool = True,
+        wires: list[pb.ObjectMeta] | None = None,
     ) -> list[ObjectMeta]:
         """Commit a batch of filled reservations, each exactly as ``commit_filled``
         would, as one unit: the guard admits each (namespace, session) group once,
@@ -401,10 +406,15 @@ class ObjectService:
 
         A batch naming one key twice is committed one object after another (the
         later put replaces the earlier), as separate ``commit_filled`` calls.
-        ``publish``: as for ``commit_filled``."""
+        ``publish``: as for ``commit_filled``. ``wires``: if given, receives each
+        committed object's metadata as its message (what its record holds), for
+        replies."""
         encoded = [p.spec.key.encode() for p in puts]
         if len(set(encoded)) != len(encoded):
-            return self._commit_one_by_one(puts, path, publish)
+            metas = self._commit_one_by_one(puts, path, publish)
+            if wires is not None:
+                wires.extend(meta_to_proto(m) for m in metas)
+            return metas
         try:
             admissions = self._admit_puts(puts, encoded)
         except BaseException:
@@ -414,7 +424,7 @@ class ObjectService:
         with contextlib.ExitStack() as held:
             for ticket in admissions:
                 held.enter_context(ticket)
-            return self._commit_admitted(puts, encoded, path, publish)
+            return self._commit_admitted(puts, encoded, path, publish, wires)
 
     def _commit_one_by_one(
         self, puts: Sequence[FilledPut], path: str, publish: bool
@@ -465,7 +475,12 @@ class ObjectService:
         return tickets
 
     def _commit_admitted(
-        self, puts: Sequence[FilledPut], encoded: Sequence[bytes], path: str, publish: bool
+        self,
+        puts: Sequence[FilledPut],
+        encoded: Sequence[bytes],
+        path: str,
+        publish: bool,
+        wires: list[pb.ObjectMeta] | None = None,
     ) -> list[ObjectMeta]:
         n = len(puts)
         ssd_copies: list[SsdCopy | None] = [None] * n
@@ -483,7 +498,9 @@ class ObjectService:
             for i, p in enumerate(puts):
                 if p.reservation.tier in memory:
                     locations[i] = memory[p.reservation.tier].commit(p.reservation)
-            metas, replaced_durable = self._commit_batch(puts, encoded, locations, ssd_copies)
+            metas, staged, replaced_durable = self._commit_batch(
+                puts, encoded, locations, ssd_copies
+            )
         except BaseException:
             for i, p in enumerate(puts):
                 loc = locations[i]
@@ -507,6 +524,8 @@ class ObjectService:
         if publish and self.on_commit is not None:
             for meta in metas:
                 self.on_commit(meta)
+        if wires is not None:
+            wires.extend(staged)
         return metas
 
     def _commit_batch(
@@ -515,8 +534,10 @@ class ObjectService:
         encoded: Sequence[bytes],
         locations: Sequence[int | None],
         ssd_copies: Sequence[SsdCopy | None],
-    ) -> tuple[list[ObjectMeta], bool]:
-        """``_commit`` of a whole batch: checks first, then one write batch."""
+    ) -> tuple[list[ObjectMeta], list[pb.ObjectMeta], bool]:
+        """``_commit`` of a whole batch: checks first, then one write batch.
+        Returns the metas, the same as the messages their records hold, and
+        whether a DURABLE object was replaced."""
         now_ms = int(time.time() * 1000)
         store, catalog = self.store, self.catalog
         metas: list[ObjectMeta] = []
@@ -536,6 +557,7 @@ class ObjectService:
                 self.guard.check_put(p.spec, p.reservation.tier, old, old_session)
                 olds.append((old, old_session, old_version))
             batch = catalog.rocks.batch()
+            staged: list[pb.ObjectMeta] = []
             for i, (old, old_session, old_version) in enumerate(olds):
                 copy = ssd_copies[i]
                 seg = copy.segment if copy is not None else SEG_NONE
@@ -547,8 +569,10 @@ class ObjectService:
                         store.ssd.release(
                             encoded[i], old.seg, old.size, None if replaced_inline else batch
                         )
-                catalog.stage_record(
-                    batch, encoded[i], metas[i], seg, copy.offset if copy is not None else 0
+                staged.append(
+                    catalog.stage_record(
+                        batch, encoded[i], metas[i], seg, copy.offset if copy is not None else 0
+                    )
                 )
                 if copy is not None:
                     store.ssd.stage(copy, encoded[i], batch)
@@ -569,7 +593,7 @@ class ObjectService:
                     store.damage.discard(encoded[i])
                     if old.tier in store.memory:
                         store.leases.free(old.tier, old.loc, old.size)
-        return metas, replaced_durable
+        return metas, staged, replaced_durable
 
     def sync(self) -> None:
         """Make committed DURABLE puts durable: sync the catalog WAL (group commit)."""
