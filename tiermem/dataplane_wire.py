@@ -65,7 +65,10 @@ from pathlib import Path
 from typing import Any
 
 MAGIC = b"TMB1"
-VERSION = 1
+#: 2: pipelined session puts up to 64 MiB (``PIPELINED_PUT_MAX_BYTES``; 4 MiB in 1).
+#: A daemon refuses a preamble of another version (INVALID_ARGUMENT): clients
+#: and daemons of one deployment must come from the same release.
+VERSION = 2
 TICKET_ID_BYTES = 16
 MAX_CREDENTIAL_BYTES = 4096
 #: Largest STATUS frame either side accepts (metas of a full batch fit easily).
@@ -101,8 +104,12 @@ MAX_REQUEST_BYTES = 16 << 20
 #: Longest acting-session name in a session's opening frame.
 MAX_ACTING_BYTES = 1024
 #: A session put announcing at most this many bytes in all is followed by its
-#: bytes at once (one round trip instead of two); larger puts wait for "OK".
-PIPELINED_PUT_MAX_BYTES = 4 << 20
+#: bytes at once (one round trip instead of two, and the daemon's reservation
+#: overlaps the transfer); larger puts wait for "OK". A refused pipelined put
+#: costs its bytes' transfer (the daemon reads and drops them), so the bound
+#: stays at what a loopback or LAN link moves in tens of milliseconds. Client
+#: and daemon must agree on it (``VERSION``).
+PIPELINED_PUT_MAX_BYTES = 64 << 20
 #: Request flag of a pipelined put: the client reads the daemon's acceptance and
 #: its final status together, so the daemon may hold the "OK" back and send both
 #: in one reply (daemons that predate the flag ignore it and answer at once).
