@@ -217,6 +217,12 @@ class PriorLearner:
         self._firsts[kind, hint] += 1.0
         self._age[kind, hint] += max(age_s, 0.0)
 
+    def on_first_reads(self, kind: int, hint: int, ages_s: npt.NDArray[Any], now: float) -> None:
+        """``on_first_read`` of several objects of one class read at ``now``."""
+        self._decay(kind, hint, now)
+        self._firsts[kind, hint] += float(len(ages_s))
+        self._age[kind, hint] += float(np.maximum(ages_s, 0.0).sum())
+
     def prior(self, kind: int, hint: int) -> float:
         default = self.model.prior(kind, hint)
         puts = float(self._puts[kind, hint])

@@ -365,9 +365,15 @@ class Catalog:
         at = np.asarray(rows, dtype=np.int64)
         flags = c["flags"][at]
         unseen = (flags & FLAG_SEEN) == 0
-        if unseen.any():
-            for row in at[unseen].tolist():
-                self.touch_first(row, now)
+        if unseen.any():  # first reads: mark them seen, teach the learner per class
+            first = at[unseen]
+            c["flags"][first] = flags[unseen] | FLAG_SEEN
+            kinds = c["kind"][first]
+            hints = (flags[unseen] & HINT_MASK) >> HINT_SHIFT
+            ages = now - c["atime"][first]
+            for kind, hint in set(zip(kinds.tolist(), hints.tolist(), strict=True)):
+                same = (kinds == kind) & (hints == hint)
+                self.learner.on_first_reads(kind, hint, ages[same], now)
         session = (c["kind"][at] == int(Kind.KV_BLOCK)) & (c["sess"][at] != 0)
         self.access.record(c["rate"], c["atime"], at, now, session)
         resident = self.resident_keys
