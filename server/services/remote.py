@@ -516,7 +516,7 @@ class RemoteService:
             if landed is None:
                 raise InvariantViolation(f"{value.meta.key} landed in no extent")
             try:
-                self.remote.check(value.meta, landed.buffer)
+                self.remote.check(value.meta, landed.buffer, value.digest)
             except BaseException:
                 drop(landed)
                 raise

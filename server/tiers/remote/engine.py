@@ -74,6 +74,10 @@ class LandedValue:
     gave for it. Not verified yet: check it with ``RemoteTier.check``."""
 
     meta: ObjectMeta
+    #: xxh3-64 of the landed bytes, computed by the thread that read them right
+    #: after they landed (in parallel with the other parts' reads); None: not
+    #: hashed yet (``check`` hashes them)
+    digest: int | None = None
 
 
 #: What a read yields for each key.
@@ -95,6 +99,10 @@ class _PartLander:
         #: what was placed, by position: the value's metadata (None until its
         #: head is read, for a value placed before any of it was read)
         self.placed: dict[int, ObjectMeta | None] = {}
+        #: the buffers given for them, and the xxh3-64 of those that landed
+        #: (``hash_landed``)
+        self.buffers: dict[int, memoryview] = {}
+        self.digests: dict[int, int] = {}
 
     def head_length(self, index: int, fixed: memoryview, value_len: int) -> int:
         return head_length(fixed, value_len)
@@ -107,6 +115,7 @@ class _PartLander:
         buf = self.place(self.part[index], meta.key, meta.size_bytes)
         if buf is not None:
             self.placed[index] = meta
+            self.buffers[index] = buf
         return buf
 
     def target_before_head(self, index: int, value_len: int) -> tuple[int, memoryview] | None:
@@ -120,6 +129,7 @@ class _PartLander:
         if buf is None:
             return None
         self.placed[index] = None
+        self.buffers[index] = buf
         return FIXED_HEAD_BYTES, buf
 
     def head_read(self, index: int, head: memoryview, value_len: int) -> bool:
@@ -141,7 +151,17 @@ class _PartLander:
         for index in list(self.placed):
             if answer is None or not isinstance(answer[index], Landed):
                 del self.placed[index]
+                self.buffers.pop(index, None)
                 drop(self.part[index])
+
+    def hash_landed(self, answer: _Raw) -> None:
+        """Hash each value that landed, in the reading thread: xxhash releases
+        the interpreter lock, so the parts of a read hash in parallel with each
+        other's network reads instead of one after another on the caller's
+        thread. The caller still compares each digest with the checksum."""
+        for index, buf in self.buffers.items():
+            if isinstance(answer[index], Landed):
+                self.digests[index] = xxhash.xxh3_64_intdigest(buf)
 
 
 @dataclass(slots=True)
@@ -213,6 +233,7 @@ def _get_into(
         lander.drop(drop)
         raise
     lander.drop(drop, answer=got)
+    lander.hash_landed(got)
     return got
 
 
@@ -410,7 +431,7 @@ class RemoteTier:
                 if meta is None:
                     raise InvariantViolation(f"remote value {name!r} landed nowhere")
                 self.metrics.remote_bytes.labels("in").inc(meta.size_bytes)
-                out.append(LandedValue(meta))
+                out.append(LandedValue(meta, lander.digests.get(index) if lander else None))
                 continue
             view, owner = got
             try:
@@ -490,10 +511,14 @@ class RemoteTier:
             self.report_damage(message)
             raise Corrupted(message)
 
-    def check(self, meta: ObjectMeta, data: memoryview) -> None:
+    def check(self, meta: ObjectMeta, data: memoryview, digest: int | None = None) -> None:
         """Raise Corrupted, counted as ``verify`` does, unless ``data`` (a payload
-        that landed where ``read_into`` was told) hashes to the object's checksum."""
-        if len(data) != meta.size_bytes or xxhash.xxh3_64_intdigest(data) != meta.checksum:
+        that landed where ``read_into`` was told) hashes to the object's checksum.
+        ``digest``: its xxh3-64 when the reading thread computed it already
+        (``LandedValue.digest``), else it is computed here."""
+        if digest is None:
+            digest = xxhash.xxh3_64_intdigest(data)
+        if len(data) != meta.size_bytes or digest != meta.checksum:
             message = (
                 f"remote copy of {meta.key} does not match its checksum {meta.checksum:x} "
                 f"({len(data)} of {meta.size_bytes} bytes)"
