@@ -641,9 +641,9 @@ class Metrics:
         all of them when nothing was found (``served_by`` None)."""
         for tier in tiers:
             if tier == served_by:
-                self.hits.labels(tier, kind).inc(n)
+                self.child(self.hits, tier, kind).inc(n)
                 return
-            self.misses.labels(tier, kind).inc(n)
+            self.child(self.misses, tier, kind).inc(n)
 
     def watch_catalog_memory(self, snapshot: Callable[[], dict[str, int]]) -> None:
         """Export the catalog's memory (memtables, block cache) at scrape time."""

@@ -65,6 +65,13 @@ class Principal:
             return False
         return ALL_NAMESPACES in self.namespaces or namespace in self.namespaces
 
+    def allows_everywhere(self, role: Role) -> bool:
+        """Holds ``role`` on every namespace (no tokens configured, or a token
+        granting "*" with the role): a request needs no per-namespace check."""
+        return ALL_NAMESPACES in self.namespaces and (
+            Role.ADMIN in self.roles or role in self.roles
+        )
+
     def may(self, role: Role) -> bool:
         """Holds ``role`` somewhere (for calls that are not about one namespace)."""
         return Role.ADMIN in self.roles or role in self.roles
