@@ -77,7 +77,7 @@ class ObjectServicer(object_pb2_grpc.ObjectServiceServicer):
             key_from_proto(request.key), request.offset, request.length, acting_session(context)
         )
         try:
-            yield object_pb2.GetResponse(meta=meta_to_proto(reader.meta))
+            yield object_pb2.GetResponse(meta=reader.wire)
             for chunk in reader.chunks(self._chunk_bytes):
                 yield object_pb2.GetResponse(chunk=chunk)
             self._objects.store.metrics.data_bytes.labels("grpc", "out").inc(len(reader.view))
