@@ -110,6 +110,8 @@ class ReadGrant:
 
     @property
     def meta(self) -> ObjectMeta:
+        """``wire`` as the domain metadata, converted on each use (replies send
+        ``wire``; this is for callers inside the daemon and tests)."""
         return meta_from_proto(self.wire)
 
 
