@@ -70,6 +70,10 @@ class Lander(Protocol):
 class RemoteBackend(ABC):
     #: backend name as in the config (``tiers.remote.backend``)
     name: str = ""
+    #: A client of this backend can go stale when the store restarts (it keeps
+    #: what it learnt about the old store): the engine connects afresh after
+    #: its breaker trips rather than keep using it.
+    reconnect_after_trip: bool = False
 
     @property
     @abstractmethod

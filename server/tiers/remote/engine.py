@@ -263,6 +263,9 @@ class RemoteTier:
         self._connect = connect
         self._backend: RemoteBackend | None = None
         self._connect_lock = threading.Lock()
+        #: set when the breaker trips on a backend that can go stale
+        #: (``RemoteBackend.reconnect_after_trip``): the next call connects afresh
+        self._stale = False
         self.metrics = metrics
         self.capacity_bytes = int(config.capacity_bytes)
         self.breaker = CircuitBreaker(config.breaker_failures, config.breaker_open_s, clock)
@@ -284,8 +287,14 @@ class RemoteTier:
         return f"{cfg.backend}://{where}"
 
     def _client(self) -> RemoteBackend:
-        """The connected backend (connects on first use)."""
+        """The connected backend (connects on first use, and again after the
+        breaker tripped on a backend that can go stale: the old client is
+        dropped, not closed, as calls that timed out may still run on it; it
+        is freed when the last of them returns)."""
         with self._connect_lock:
+            if self._stale:
+                self._stale = False
+                self._backend = None
             if self._backend is None:
                 self._backend = self._connect()
             return self._backend
@@ -675,6 +684,9 @@ class RemoteTier:
         if self.breaker.failure():
             m.remote_breaker_trips.inc()
             m.remote_available.set(0)
+            backend = self._backend
+            if backend is not None and backend.reconnect_after_trip:
+                self._stale = True
             log.warning(
                 "remote tier %s is failing (%s %s: %s): remote operations are refused for "
                 "%gs; local tiers keep serving",

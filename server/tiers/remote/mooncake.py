@@ -72,6 +72,9 @@ def _address(buf: memoryview) -> int:
 
 class MooncakeBackend(RemoteBackend):
     name = "mooncake"
+    # After a store restart the client was seen to keep sending transfers to
+    # the old storage node's transport port (the new node listens on another).
+    reconnect_after_trip = True
 
     def __init__(self, config: MooncakeConfig) -> None:
         # The transfer engine reads this when it starts; without it, it advertises
