@@ -45,9 +45,10 @@ from tiermem.server.storage.rocks import Batch, RocksStore
 from tiermem.v1 import common_pb2 as pb
 
 _EXPIRY = struct.Struct(">Q")
-#: ``touch_many`` vectorises from this many rows (numpy's per-call overhead
-#: makes it slower than scalar updates below that)
-TOUCH_VECTOR_MIN_ROWS = 16
+#: Batches of at least this many rows are looked up and touched with numpy
+#: (one call per column: ``entries``, ``touch_many``); smaller ones row by row,
+#: which costs less than numpy's fixed overhead per call.
+VECTOR_MIN_ROWS = 16
 #: members by value (a dict lookup is several times cheaper than ``Kind(value)``)
 _KINDS = {int(m): m for m in Kind}
 _TIERS = {int(m): m for m in Tier}
@@ -356,7 +357,7 @@ class Catalog:
         (each row counted once, as one ``touch`` each would). A few rows, or a
         row twice, are touched one by one (numpy's fixed cost per call is more
         than a few scalar updates; a repeated row counts every read in turn)."""
-        if len(rows) < TOUCH_VECTOR_MIN_ROWS or len(set(rows)) != len(rows):
+        if len(rows) < VECTOR_MIN_ROWS or len(set(rows)) != len(rows):
             for row, encoded in zip(rows, encoded_keys, strict=True):
                 self.touch(row, encoded)
             return

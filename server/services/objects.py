@@ -27,7 +27,7 @@ from typing import Protocol
 
 import xxhash
 
-from tiermem.server.catalog.catalog import Entry
+from tiermem.server.catalog.catalog import VECTOR_MIN_ROWS, Entry
 from tiermem.server.catalog.index import SEG_INLINE, SEG_NONE
 from tiermem.server.catalog.records import StoredRecord
 from tiermem.server.errors import (
@@ -94,12 +94,6 @@ class StagedPut:
     profile: Profile
     reservation: Reservation
     checksum: int | None = None
-
-
-#: Batches of at least this many objects look up and touch their index rows
-#: with numpy (one call per column); smaller ones row by row, which costs less
-#: than numpy's fixed overhead per call.
-VECTOR_MIN_OBJECTS = 16
 
 
 @dataclass(slots=True)
@@ -825,7 +819,7 @@ class ObjectService:
         with store.lock:
             entries = (
                 catalog.entries(catalog.index.find_many(encoded))
-                if len(encoded) >= VECTOR_MIN_OBJECTS
+                if len(encoded) >= VECTOR_MIN_ROWS
                 else [catalog.find(e) for e in encoded]
             )
             for i, entry in enumerate(entries):

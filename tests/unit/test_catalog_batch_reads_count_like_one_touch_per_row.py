@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tiermem.server.catalog import catalog as catalog_module
-from tiermem.server.catalog.catalog import TOUCH_VECTOR_MIN_ROWS, Catalog
+from tiermem.server.catalog.catalog import VECTOR_MIN_ROWS, Catalog
 from tiermem.server.catalog.index import FLAG_SEEN, HINT_SHIFT
 from tiermem.server.model import Kind, Tier
 from tiermem.server.storage.rocks import RocksStore
@@ -50,7 +50,7 @@ def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-@pytest.mark.parametrize("n", [3, TOUCH_VECTOR_MIN_ROWS, 64])
+@pytest.mark.parametrize("n", [3, VECTOR_MIN_ROWS, 64])
 @pytest.mark.parametrize("repeat_one", [False, True])
 def test_touch_many_counts_reads_like_one_touch_per_row(
     tmp_path: Path, fixed_clock: None, n: int, repeat_one: bool

@@ -154,14 +154,14 @@ class _PartLander:
                 self.buffers.pop(index, None)
                 drop(self.part[index])
 
-    def hash_landed(self, answer: _Raw) -> None:
-        """Hash each value that landed, in the reading thread: xxhash releases
-        the interpreter lock, so the parts of a read hash in parallel with each
-        other's network reads instead of one after another on the caller's
-        thread. The caller still compares each digest with the checksum."""
+    def hash_landed(self) -> None:
+        """After ``drop(..., answer)``: hash each value that landed (the buffers
+        left), in the reading thread. xxhash releases the interpreter lock, so
+        the parts of a read hash in parallel with each other's network reads
+        instead of one after another on the caller's thread. The caller still
+        compares each digest with the checksum."""
         for index, buf in self.buffers.items():
-            if isinstance(answer[index], Landed):
-                self.digests[index] = xxhash.xxh3_64_intdigest(buf)
+            self.digests[index] = xxhash.xxh3_64_intdigest(buf)
 
 
 @dataclass(slots=True)
@@ -233,7 +233,7 @@ def _get_into(
         lander.drop(drop)
         raise
     lander.drop(drop, answer=got)
-    lander.hash_landed(got)
+    lander.hash_landed()
     return got
 
 
