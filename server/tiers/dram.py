@@ -9,6 +9,21 @@ them buys nothing and they would fragment the arena. Both count against the same
 byte budget.
 
 Location encoding: ``>= 0`` is an arena offset; ``< 0`` is ``-handle`` of the small map.
+
+Where an arena value starts (``VALUE_SKEW``): extents are cut on 64-byte
+granules and every value starts ``VALUE_SKEW`` (16) bytes into its extent. The
+kernel's copy into a receiving process's buffer runs at half speed or less on
+this machine's CPUs when the destination lies 1-31 bytes after the source
+modulo 4096 (the CPU mistakes the copy's stores for the loads that follow them:
+"4K aliasing"; glibc's memcpy steers around it, the kernel's copy does not). A
+bulk get sends a value by sendfile(2) straight from the arena file, so the
+source is the value's place in the arena and the destination is the client's
+buffer: numpy arrays and bytearrays of more than 128 KiB start 16 bytes past a
+page (glibc's chunk header), page-aligned values put them 16 bytes after their
+source, and a 32 MiB get into one took 31 ms against 12 ms into a page-aligned
+buffer. Starting values 16 bytes past a 64-byte boundary keeps the distance a
+multiple of 64 for such buffers and 48 bytes (mod 64) for page- and
+64-byte-aligned ones, all fast.
 """
 
 from __future__ import annotations
@@ -28,6 +43,10 @@ from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.extents import ExtentAllocator
 
 SHM_DIR = Path("/dev/shm")
+#: extents of the arena are cut on this many bytes
+GRANULE = 64
+#: every arena value starts this many bytes into its extent (see the module doc)
+VALUE_SKEW = 16
 ARENA_PREFIX = "tiermem-arena-"
 
 
@@ -68,7 +87,7 @@ class DramEngine:
         self.capacity_bytes = capacity_bytes
         self.arena_min_bytes = arena_min_bytes
         self._lock = threading.Lock()
-        self._alloc = ExtentAllocator(capacity_bytes, granule=4096)
+        self._alloc = ExtentAllocator(capacity_bytes, granule=GRANULE)
         self._small: dict[int, bytearray] = {}
         self._small_bytes = 0
         self._next_handle = 1
@@ -101,7 +120,7 @@ class DramEngine:
 
     def cost_of(self, size: int) -> int:
         """Bytes of budget a value of ``size`` bytes takes (arena rounding included)."""
-        return size if size < self.arena_min_bytes else self._alloc.rounded(size)
+        return size if size < self.arena_min_bytes else self._alloc.rounded(size + VALUE_SKEW)
 
     def reserve(self, size: int) -> Reservation | None:
         with self._lock:
@@ -112,10 +131,11 @@ class DramEngine:
                 handle = self._next_handle
                 self._next_handle += 1
                 return Reservation(self.tier, -handle, size, memoryview(bytearray(size)))
-            offset = self._alloc.allocate(size)
-            if offset is None:
+            extent = self._alloc.allocate(size + VALUE_SKEW)
+            if extent is None:
                 return None
-        return Reservation(self.tier, offset, size, self._view[offset : offset + size])
+        location = extent + VALUE_SKEW
+        return Reservation(self.tier, location, size, self._view[location : location + size])
 
     def commit(self, reservation: Reservation) -> int:
         if reservation.location < 0:
@@ -131,7 +151,7 @@ class DramEngine:
             if reservation.location < 0:
                 self._small_bytes -= reservation.size
             else:
-                self._alloc.free(reservation.location)
+                self._alloc.free(reservation.location - VALUE_SKEW)
 
     def read(self, location: int, size: int) -> memoryview:
         if location < 0:
@@ -162,7 +182,7 @@ class DramEngine:
                     raise InvariantViolation(f"free of unknown small value {location}")
                 self._small_bytes -= size
             else:
-                self._alloc.free(location)
+                self._alloc.free(location - VALUE_SKEW)
 
     def close(self) -> None:
         self._small.clear()

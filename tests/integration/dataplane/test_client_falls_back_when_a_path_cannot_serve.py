@@ -43,7 +43,8 @@ def test_without_either_fast_path_grpc_is_used(make_daemon: Callable[..., Daemon
 def test_a_full_arena_sends_the_put_over_the_bulk_channel(
     make_daemon: Callable[..., Daemon],
 ) -> None:
-    daemon = make_daemon(tiers={"dram": {"capacity_bytes": 8 * MiB}})
+    # two 4 MiB values and their arena overhead (64 bytes each) fit, a third does not
+    daemon = make_daemon(tiers={"dram": {"capacity_bytes": 9 * MiB}})
     with Client(daemon.address) as c:
         for i in range(2):  # pinned: nothing can be demoted to make room
             c.put(Kind.KV_BLOCK, f"pinned-{i}", b"\x03" * (4 * MiB), profile=Profile(pin=True))
