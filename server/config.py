@@ -210,7 +210,8 @@ class RemoteTierConfig(TierConfig):
     """Largest object placed on the remote tier (bytes; Redis allows at most 512 MiB per
     value, Mooncake at most mooncake.local_buffer_bytes); larger ones are dropped instead."""
     publish_queue_bytes: ByteSize = ByteSize(256 * MiB)
-    """Bytes of objects waiting to be published; beyond it publishes are skipped."""
+    """Bytes of objects waiting to be published; puts beyond it wait as deferred keys
+    (at most 65,536, then skipped and counted) and are queued as the writer makes room."""
     demote: Literal["instead_of_drop", "pays_back"] = "instead_of_drop"
     """When a CACHE object leaving the local tiers goes remote: whenever a remote read costs
     less than its miss ("instead_of_drop"), or only when this daemon's own expected reads

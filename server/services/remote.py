@@ -7,8 +7,11 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   remote store by one background thread, in batches (write-behind: puts never
   wait for the remote store). A published object carries ``FLAG_REMOTE``, so
   demoting it later copies nothing. The queue is bounded
-  (``publish_queue_bytes``); beyond it, and while the store is unavailable,
-  publishes are skipped and counted;
+  (``publish_queue_bytes``); a put that finds it full is deferred (its key
+  remembered, up to ``MAX_DEFERRED_PUBLISHES``) and queued as soon as the
+  writer has made room, so a burst of puts is published late, not lost. Beyond
+  that bound, and after ``PUBLISH_ATTEMPTS`` failed uploads, publishes are
+  skipped and counted;
 * **delete** — objects removed on purpose (delete, TTL, session close) have
   their remote copies deleted by the same thread, in order with the publishes
   (an eviction keeps the remote copy: other daemons may still use it);
@@ -67,6 +70,8 @@ log = logging.getLogger(__name__)
 
 #: Most keys waiting for a remote delete; more are left to the store's own eviction.
 MAX_PENDING_DELETES = 100_000
+#: Most keys whose publish waits for room in the full queue; more are skipped.
+MAX_DEFERRED_PUBLISHES = 65_536
 #: Tries of a publish whose upload failed (store slow or down) before it is given up.
 PUBLISH_ATTEMPTS = 3
 #: Pause of the writer after a failed upload before it tries again (seconds).
@@ -136,6 +141,9 @@ class RemoteService:
         #: carried by that publish, which reads the object when its turn comes)
         self._queued_keys: set[bytes] = set()
         self._queued_bytes = 0
+        #: puts that found the queue full: key -> size, queued in order when the
+        #: writer has made room (``_refill``)
+        self._deferred: dict[bytes, int] = {}
         self._deletes = 0
         self._busy = False
         self._cond = threading.Condition()
@@ -167,7 +175,7 @@ class RemoteService:
         True if that happened within the timeout."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._ops or self._busy:
+            while self._ops or self._busy or self._deferred:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -182,18 +190,40 @@ class RemoteService:
         key = meta.key.encode()
         m = self.store.metrics
         with self._cond:
-            if key in self._queued_keys:
+            if key in self._queued_keys or key in self._deferred:
                 return  # the waiting publish will upload this version
-            if not self.remote.fits(size) or self._queued_bytes + size > int(
-                self.config.publish_queue_bytes
-            ):
+            if not self.remote.fits(size):
                 m.remote_published.labels("skipped").inc()
                 return
-            self._ops.append(_Op(False, key, size))
-            self._queued_keys.add(key)
-            self._queued_bytes += size
-            m.remote_publish_queue_bytes.set(self._queued_bytes)
+            if self._deferred or self._queued_bytes + size > int(self.config.publish_queue_bytes):
+                # the queue is full: publish it once the writer has made room
+                # (in order, after the puts deferred before it)
+                if len(self._deferred) < MAX_DEFERRED_PUBLISHES:
+                    self._deferred[key] = size
+                else:
+                    m.remote_published.labels("skipped").inc()
+                return
+            self._queue_publish(_Op(False, key, size))
             self._cond.notify()
+
+    def _queue_publish(self, op: _Op) -> None:
+        """Append a publish to the queue (call with _cond)."""
+        self._ops.append(op)
+        self._queued_keys.add(op.key)
+        self._queued_bytes += op.size
+        self.store.metrics.remote_publish_queue_bytes.set(self._queued_bytes)
+
+    def _refill(self) -> None:
+        """Queue deferred publishes while the queue has room; an empty queue takes
+        at least one, whatever its size (call with _cond)."""
+        limit = int(self.config.publish_queue_bytes)
+        while self._deferred:
+            key, size = next(iter(self._deferred.items()))
+            if self._ops and self._queued_bytes + size > limit:
+                return
+            del self._deferred[key]
+            if key not in self._queued_keys:
+                self._queue_publish(_Op(False, key, size))
 
     def _removed(self, keys: list[bytes]) -> None:
         """Called under the store lock: queue the deletes (cheap, no I/O)."""
@@ -250,9 +280,9 @@ class RemoteService:
                         for op in retry:
                             if op.key in self._queued_keys:
                                 continue  # put again meanwhile: that publish carries it
-                            self._ops.append(op)
-                            self._queued_keys.add(op.key)
-                            self._queued_bytes += op.size
+                            self._deferred.pop(op.key, None)
+                            self._queue_publish(op)
+                        self._refill()
                         self.store.metrics.remote_publish_queue_bytes.set(self._queued_bytes)
                     if retry and not self._stop:
                         self._cond.wait(PUBLISH_RETRY_PAUSE_S)

@@ -125,7 +125,8 @@ def test_a_key_stored_meanwhile_keeps_its_own_value_and_the_extent_is_given_back
         assert sample(b, ADOPTED) == 0
         (got,) = cb.kv.get_blocks(SCOPE, [blk.chunk_hash], path="shm")
         assert bytes(got.data or b"") == ours.data.tobytes()
-    assert _dram_used(b) == before + len(blk.data)  # B's own block only: no extent leaked
+    # B's own block only (its bytes and their arena rounding): no extent leaked
+    assert _dram_used(b) == before + b.store.memory[Tier.DRAM].cost_of(len(blk.data))
 
 
 def test_a_release_adopts_its_blocks_together_except_one_stored_meanwhile(
@@ -155,4 +156,5 @@ def test_a_release_adopts_its_blocks_together_except_one_stored_meanwhile(
         ]
         # the adopted blocks are read locally, from the extents that were leased
         assert sample(b, "tiermem_remote_operations_total", op="get", result="ok") == gets
-    assert _dram_used(b) == before + 3 * len(written[0].data)  # no extent leaked
+    # no extent leaked: three blocks and their arena rounding
+    assert _dram_used(b) == before + 3 * b.store.memory[Tier.DRAM].cost_of(len(written[0].data))
