@@ -18,6 +18,7 @@ from tiermem.client import _wire
 from tiermem.client._transport import TlsOptions, Transport
 from tiermem.client.blobs import BlobClient
 from tiermem.client.fastpath import (
+    DEFAULT_SHM_MIN_BYTES,
     DEFAULT_THRESHOLD_BYTES,
     PATHS,
     DataPlane,
@@ -54,6 +55,7 @@ class Client:
         verify: bool = True,
         fast_paths: Sequence[str] = PATHS,
         fast_threshold_bytes: int = DEFAULT_THRESHOLD_BYTES,
+        fast_shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES,
         session: str = "",
         transport: Transport | None = None,
         tls: TlsOptions | None = None,
@@ -63,6 +65,9 @@ class Client:
         ``fast_paths``: data paths the client may use for values of at least
         ``fast_threshold_bytes``, picked in the order shm, bulk, grpc (see
         ``tiermem.client.fastpath``); ``("grpc",)`` turns the fast paths off.
+        ``fast_shm_min_bytes``: below this mean value size a batch goes by the
+        bulk channel before shared memory (one round trip instead of two; 0:
+        shared memory first whatever the size).
         ``session``: act as this agent session (see ``as_session``).
         ``transport``: share an existing channel instead of opening one."""
         self.address = address
@@ -87,6 +92,7 @@ class Client:
             chunk_bytes=chunk_bytes,
             threshold_bytes=fast_threshold_bytes,
             paths=fast_paths,
+            shm_min_bytes=fast_shm_min_bytes,
         )
         self.kv = KvClient(
             self.transport,
@@ -104,7 +110,7 @@ class Client:
             self.transport, self.dataplane, namespace=namespace, chunk_bytes=chunk_bytes
         )
         self.integrity = IntegrityClient(self.transport)
-        self._fast = (tuple(fast_paths), fast_threshold_bytes)
+        self._fast = (tuple(fast_paths), fast_threshold_bytes, fast_shm_min_bytes)
 
     def as_session(self, session: str) -> Client:
         """A client on the same channel acting as ``session``: it sees that
@@ -119,6 +125,7 @@ class Client:
             verify=self.verify,
             fast_paths=self._fast[0],
             fast_threshold_bytes=self._fast[1],
+            fast_shm_min_bytes=self._fast[2],
             session=session,
             transport=base,
         )

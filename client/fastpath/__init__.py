@@ -6,6 +6,7 @@ sub-clients such as the KV client.
 """
 
 from tiermem.client.fastpath.plane import (
+    DEFAULT_SHM_MIN_BYTES,
     DEFAULT_THRESHOLD_BYTES,
     PATHS,
     DataPlane,
@@ -16,6 +17,7 @@ from tiermem.client.fastpath.plane import (
 )
 
 __all__ = [
+    "DEFAULT_SHM_MIN_BYTES",
     "DEFAULT_THRESHOLD_BYTES",
     "PATHS",
     "DataPlane",

@@ -73,7 +73,8 @@ def test_a_restarted_daemon_is_renegotiated(tmp_path: Path) -> None:
     durable = Profile(durability=Durability.DURABLE)
     daemon = start()
     try:
-        with Client(address, timeout_s=30, retries=8) as c:
+        # shared memory for every size: this test is about the arena renegotiated
+        with Client(address, timeout_s=30, retries=8, fast_shm_min_bytes=0) as c:
             c.put(Kind.BLOB, "kept", b"\x05" * MiB, profile=durable)
             first_arena = c.dataplane.offer().arena
             assert first_arena is not None

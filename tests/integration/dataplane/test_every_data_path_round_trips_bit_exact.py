@@ -11,6 +11,8 @@ from tiermem.client import Client, Kind
 from tiermem.client.fastpath import ObjectRef, PutItem
 from tiermem.server.app import Daemon
 
+MiB = 1 << 20
+
 
 def kv_tensor(dtype: torch.dtype, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
@@ -41,16 +43,24 @@ def test_float32_float16_bfloat16_round_trip_bit_exact(client: Client, path: str
 
 
 def test_the_client_picks_shared_memory_then_bulk_then_grpc(daemon: Daemon) -> None:
-    data = bytes(range(256)) * 1024  # 256 KiB
-    for allowed, expected in (
-        (("shm", "bulk", "grpc"), "shm"),
-        (("bulk", "grpc"), "bulk"),
-        (("grpc",), "grpc"),
+    small = bytes(range(256)) * 1024  # 256 KiB: one round trip (bulk) beats two (shm)
+    large = bytes(range(256)) * (16 * 1024)  # 4 MiB: shared memory
+    for data, allowed, shm_min, expected in (
+        (large, ("shm", "bulk", "grpc"), 2 * MiB, "shm"),
+        (small, ("shm", "bulk", "grpc"), 2 * MiB, "bulk"),
+        (small, ("shm", "bulk", "grpc"), 0, "shm"),
+        (small, ("shm", "grpc"), 2 * MiB, "shm"),
+        (small, ("bulk", "grpc"), 2 * MiB, "bulk"),
+        (small, ("grpc",), 2 * MiB, "grpc"),
     ):
-        with Client(daemon.address, fast_paths=allowed) as c:
-            assert c.dataplane.paths()[0] == expected
-            c.put(Kind.BLOB, f"pick-{expected}", data)
-            assert c.get(Kind.BLOB, f"pick-{expected}") == data
+        with Client(daemon.address, fast_paths=allowed, fast_shm_min_bytes=shm_min) as c:
+            assert c.dataplane.paths()[0] == allowed[0]
+            key = f"pick-{expected}-{len(data)}-{shm_min}-{len(allowed)}"
+            c.put(Kind.BLOB, key, data)
+            # a get learns the sizes from the buffers it is given
+            out = bytearray(len(data))
+            got = c.dataplane.get_many([ObjectRef(Kind.BLOB, key)], out=[out])
+            assert bytes(got[0].data) == data and got[0].path == expected
             stats = c.path_stats()
             assert stats[expected]["puts"] == 1 and stats[expected]["gets"] == 1
             assert stats[expected]["put_bytes"] == len(data)
