@@ -22,9 +22,8 @@ kernel copy to pay for the second round trip. Measured here (single objects,
 p50, ``tiermem serve`` on this 2-core VM): 256 KiB put 1.18 ms by bulk
 against 2.29 ms by shared memory, get 0.80 against 1.13; 1 MiB 1.13 / 1.83
 and 0.69 / 0.90; 2 MiB 2.63 / 2.54 and 1.47 / 1.30; 4 MiB 4.76 / 3.63 and
-2.55 / 1.79. A get knows its values' sizes from the ``out`` buffers it is
-given; without them it assumes the mean size of the client's previous get
-(and keeps the order above on its first).
+2.55 / 1.79. A get knows its values' sizes only from the ``out`` buffers it
+is given; without them it keeps the order above.
 
 Values smaller than ``threshold_bytes`` always use gRPC (on a get the size is
 unknown beforehand, so small values come back inline in the fast path's
@@ -199,10 +198,6 @@ class DataPlane:
         self.chunk_bytes = chunk_bytes
         self.threshold_bytes = threshold_bytes
         self.shm_min_bytes = shm_min_bytes
-        #: mean value size of the last get: the size a get without ``out``
-        #: buffers assumes when it picks a path (readers of KV blocks and the
-        #: like ask for values of one size, over and over)
-        self._last_get_mean: float | None = None
         self._allowed = [p for p in PATHS if p in paths]
         self._lease_ttl_ms = lease_ttl_ms
         self._populate = populate
@@ -855,16 +850,11 @@ class DataPlane:
                 path,
                 timeout_s,
                 fresh,
-                # the out buffers bound the values' sizes; without them, assume
-                # the size of the last get's values (None before the first)
-                self._last_get_mean
-                if outs is None
-                else sum(len(outs[i]) for i in idx) / max(1, len(idx)),
+                # the out buffers bound the values' sizes; without them, unknown
+                None if outs is None else sum(len(outs[i]) for i in idx) / max(1, len(idx)),
             ),
         ):
             results.extend(fetched)
-        if results:
-            self._last_get_mean = sum(len(r.data) for r in results) / len(results)
         return results
 
     def _get_fast(

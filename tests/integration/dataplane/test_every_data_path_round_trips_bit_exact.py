@@ -66,22 +66,6 @@ def test_the_client_picks_shared_memory_then_bulk_then_grpc(daemon: Daemon) -> N
             assert stats[expected]["put_bytes"] == len(data)
 
 
-def test_a_get_without_out_buffers_assumes_the_size_of_the_last_get(daemon: Daemon) -> None:
-    small = bytes(range(256)) * 1024  # 256 KiB
-    large = bytes(range(256)) * (16 * 1024)  # 4 MiB
-    with Client(daemon.address) as c:
-        c.put(Kind.BLOB, "small", small)
-        c.put(Kind.BLOB, "large", large)
-        ref = {"small": ObjectRef(Kind.BLOB, "small"), "large": ObjectRef(Kind.BLOB, "large")}
-        paths = []
-        for name, data in (("small", small), ("small", small), ("large", large), ("large", large)):
-            (got,) = c.dataplane.get_many([ref[name]])
-            assert bytes(got.data) == data
-            paths.append(got.path)
-        # nothing known before the first get (shm first); then the last get's size
-        assert paths == ["shm", "bulk", "bulk", "shm"]
-
-
 def test_small_values_ride_the_bulk_session_and_come_back_inline(client: Client) -> None:
     client.put(Kind.SCRATCH, "tiny", b"note")
     assert client.get(Kind.SCRATCH, "tiny") == b"note"
