@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import pytest
 
-from tests.unit.test_a_failed_remote_publish_is_retried_then_given_up import FlakyStore, sample
+from tests.unit.test_a_failed_remote_publish_is_retried_then_given_up import (
+    FlakyStore,
+    sample,
+)
+from tests.unit.test_a_failed_remote_publish_is_retried_then_given_up import (
+    daemon_on as remote_daemon_on,
+)
 from tiermem.client import Client, Kind
 from tiermem.server.app import Daemon
 
@@ -36,15 +41,15 @@ class GatedStore(FlakyStore):
 def daemon_on(
     store: GatedStore, make_daemon: Callable[..., Daemon], monkeypatch: pytest.MonkeyPatch
 ) -> Daemon:
-    monkeypatch.setattr("tiermem.server.app.make_backend", lambda _cfg: store)
-    remote: dict[str, Any] = {
-        "enabled": True,
-        "retries": 0,
-        "op_timeout_s": 30,
-        "publish_queue_bytes": 4 * BLOCK,
-        "batch_max_objects": 2,
-    }
-    return make_daemon(tiers={"remote": remote})
+    """The queue holds four blocks; the writer uploads two at a time."""
+    return remote_daemon_on(
+        store,
+        make_daemon,
+        monkeypatch,
+        op_timeout_s=30,
+        publish_queue_bytes=4 * BLOCK,
+        batch_max_objects=2,
+    )
 
 
 def test_puts_beyond_a_full_queue_are_all_published_in_order(

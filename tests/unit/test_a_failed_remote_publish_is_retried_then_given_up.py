@@ -54,13 +54,19 @@ class FlakyStore(RemoteBackend):
 
 
 def daemon_on(
-    store: FlakyStore, make_daemon: Callable[..., Daemon], monkeypatch: pytest.MonkeyPatch
+    store: FlakyStore,
+    make_daemon: Callable[..., Daemon],
+    monkeypatch: pytest.MonkeyPatch,
+    **settings: Any,
 ) -> Daemon:
+    """A daemon whose remote tier is ``store``; ``settings`` add to or replace
+    the ``tiers.remote`` settings."""
     monkeypatch.setattr("tiermem.server.app.make_backend", lambda _cfg: store)
     remote: dict[str, Any] = {
         "enabled": True,
         "retries": 0,
         "breaker_failures": 100,  # count every failure, never open
+        **settings,
     }
     return make_daemon(tiers={"remote": remote})
 
