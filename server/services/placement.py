@@ -507,20 +507,29 @@ class PlacementService:
         if nbytes <= 0:
             return 0
         store = self.store
+        now = time.time()
+        # Copies under the lock; the estimates and the choice of victims (1.6 ms
+        # at the median in the soak, each time a put finds no room) after it, so
+        # that reads and puts do not queue behind them. The victims are then
+        # checked again under the lock: still resident here, not leased.
         with store.lock:
             states = store.tier_states()
-            c = self.catalog.index.cols
-            residents = self.snapshot(tier)
+            gathered = self._gather(tier, now)
             leased = store.leases.leased_locations(tier)
-            if leased:  # being read or copied: choose among the others
-                free = ~np.isin(c["loc"][residents.rows], leased)
-                residents = residents.take(np.flatnonzero(free))
-            victims = self.planner.victims(residents, int(tier), nbytes, states, below)
-            chosen = []
+            locs = self.catalog.index.cols["loc"][gathered.rows] if leased else None
+        residents = self._estimate(gathered, now)
+        if locs is not None:  # being read or copied: choose among the others
+            residents = residents.take(np.flatnonzero(~np.isin(locs, leased)))
+        victims = self.planner.victims(residents, int(tier), nbytes, states, below)
+        chosen = []
+        with store.lock:
+            c = self.catalog.index.cols
             for row, dst, dens in zip(
                 victims.rows.tolist(), victims.dst.tolist(), victims.dst_density.tolist(),
                 strict=True,
             ):  # fmt: skip
+                if int(c["tier"][row]) != int(tier) or not int(c["flags"][row]) & FLAG_LIVE:
+                    continue  # moved or removed since the copy
                 key = self.catalog.resident_keys.get(row)
                 if key is None or store.leases.is_leased(tier, int(c["loc"][row])):
                     continue
