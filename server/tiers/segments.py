@@ -29,7 +29,7 @@ import re
 import struct
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tiermem.server.errors import CapacityExceeded, InvariantViolation
@@ -62,6 +62,9 @@ class Segment:
     live: int = 0  # aligned bytes of entries the catalog still references
     refs: int = 0
     retired: bool = False
+    #: whether the directory entry naming the file is on stable storage (a new
+    #: segment's directory is synced after the store's lock is let go)
+    named: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +93,7 @@ class SegmentStore:
                 self._segments[seg_id] = Segment(
                     seg_id, path, fd, size=_align(os.fstat(fd).st_size)
                 )
+                self._segments[seg_id].named.set()  # found in the directory
         self._next_id = max(self._segments, default=0) + 1
         self.faults: Faults = NO_FAULTS
 
@@ -150,36 +154,52 @@ class SegmentStore:
             return {s.id: (s.size, s.live) for s in self._segments.values()}
 
     # -- writing --------------------------------------------------------------
-    def _new_segment(self) -> Segment:
-        seg_id = self._next_id
-        self._next_id += 1
+    def _new_segment(self, seg_id: int) -> Segment:
+        """Create segment ``seg_id``'s file. Called without the lock: creating a
+        file and syncing its directory can wait tens of milliseconds behind other
+        I/O, and every commit that releases SSD space takes the lock."""
         path = self.directory / f"seg-{seg_id:010d}.dat"
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        # The new name must survive power loss too, or a synced entry in it would
-        # be lost with its directory entry.
+        return Segment(seg_id, path, fd)
+
+    def _name_durably(self, seg: Segment) -> None:
+        """Sync the directory so that a new segment's name survives power loss
+        (or a synced entry in it would be lost with its directory entry).
+        Idempotent: whoever needs it first syncs."""
+        if seg.named.is_set():
+            return
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-        seg = Segment(seg_id, path, fd)
-        self._segments[seg_id] = seg
-        return seg
+        seg.named.set()
 
-    def _reserve(self, nbytes: int) -> tuple[Segment, int]:
+    def _claim(self, seg: Segment, nbytes: int) -> int:
+        """Room for ``nbytes`` at the end of ``seg`` (with the lock)."""
+        offset = seg.size
+        seg.size = offset + _align(nbytes)
+        seg.live += _align(nbytes)
+        seg.refs += 1
+        return offset
+
+    def _reserve(self, nbytes: int) -> tuple[Segment, int, bool]:
+        """(segment, offset, whether this call created the segment)."""
+        own = nbytes >= self.segment_bytes  # a large value gets its own segment
         with self._lock:
             active = self._active
-            if nbytes >= self.segment_bytes:
-                seg = self._new_segment()  # a large value gets its own segment
-            elif active is None or active.size + nbytes > self.segment_bytes:
-                seg = self._active = self._new_segment()
-            else:
-                seg = active
-            offset = seg.size
-            seg.size = offset + _align(nbytes)
-            seg.live += _align(nbytes)
-            seg.refs += 1
-            return seg, offset
+            if not own and active is not None and active.size + nbytes <= self.segment_bytes:
+                return active, self._claim(active, nbytes), False
+            seg_id = self._next_id
+            self._next_id += 1
+        seg = self._new_segment(seg_id)
+        with self._lock:
+            self._segments[seg_id] = seg
+            if not own and (self._active is None or self._active.id < seg_id):
+                # (two writers may roll at once: the newer segment is appended to
+                # next, the other keeps just its one entry until compaction)
+                self._active = seg
+            return seg, self._claim(seg, nbytes), True
 
     def append(self, key: bytes, data: memoryview, checksum: int, *, sync: bool) -> tuple[int, int]:
         """Write an entry for ``key``; returns (segment id, offset of the data).
@@ -188,13 +208,16 @@ class SegmentStore:
         """
         size = len(data)
         header = HEADER.pack(MAGIC, len(key), size, checksum) + key
-        seg, offset = self._reserve(len(header) + size)
+        seg, offset, created = self._reserve(len(header) + size)
         try:
+            if created:
+                self._name_durably(seg)
             _pwrite_all(seg.fd, memoryview(header), offset)
             self.faults.point("segment.mid_write")
             _pwrite_all(seg.fd, data, offset + len(header))
             if sync:
                 os.fdatasync(seg.fd)
+                self._name_durably(seg)  # a writer that rolled it may not have yet
         except OSError as exc:
             self.release(seg.id, len(key), size)
             self._unref(seg)
@@ -203,17 +226,19 @@ class SegmentStore:
         return seg.id, offset + len(header)
 
     def sync(self, seg_ids: set[int]) -> None:
-        """fdatasync the given segments (those still open)."""
+        """fdatasync the given segments (those still open), names included."""
         with self._lock:
-            fds = [s.fd for i, s in self._segments.items() if i in seg_ids and not s.retired]
-        for fd in fds:
-            os.fdatasync(fd)
+            segs = [s for i, s in self._segments.items() if i in seg_ids and not s.retired]
+        for seg in segs:
+            os.fdatasync(seg.fd)
+            self._name_durably(seg)
 
     def sync_all(self) -> None:
         with self._lock:
-            fds = [s.fd for s in self._segments.values() if not s.retired]
-        for fd in fds:
-            os.fdatasync(fd)
+            segs = [s for s in self._segments.values() if not s.retired]
+        for seg in segs:
+            os.fdatasync(seg.fd)
+            self._name_durably(seg)
 
     # -- reading --------------------------------------------------------------
     def _ref(self, seg_id: int) -> Segment:
@@ -272,7 +297,9 @@ class SegmentStore:
 
     # -- compaction -----------------------------------------------------------
     def retire(self, seg_id: int) -> None:
-        """Forget a segment whose live entries were all moved away."""
+        """Forget a segment whose live entries were all moved away. The file is
+        unlinked after the lock is let go (unlinking a large file waits on the
+        file system)."""
         with self._lock:
             seg = self._segments.get(seg_id)
             if seg is None:
@@ -280,7 +307,11 @@ class SegmentStore:
             if seg is self._active:
                 raise InvariantViolation("cannot retire the active segment")
             del self._segments[seg_id]
-            self._retire_now(seg)
+            seg.retired = True
+            close = seg.refs == 0  # else the last reader's _unref closes it
+        seg.path.unlink(missing_ok=True)
+        if close:
+            os.close(seg.fd)
 
     def _retire_now(self, seg: Segment) -> None:
         seg.retired = True
