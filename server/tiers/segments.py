@@ -132,10 +132,13 @@ class SegmentStore:
     def drop_unreferenced(self) -> list[int]:
         """After recovery: delete segments nothing references. Returns their ids."""
         with self._lock:
-            dropped = [s.id for s in self._segments.values() if s.live <= 0]
-            for seg_id in dropped:
-                self._retire_now(self._segments.pop(seg_id))
-        return dropped
+            dropped = [
+                self._segments.pop(s.id) for s in list(self._segments.values()) if s.live <= 0
+            ]
+            closes = [self._mark_retired(seg) for seg in dropped]
+        for seg, close in zip(dropped, closes, strict=True):
+            _remove(seg, close)
+        return [seg.id for seg in dropped]
 
     def compaction_candidates(self, live_ratio: float) -> list[int]:
         with self._lock:
@@ -307,17 +310,15 @@ class SegmentStore:
             if seg is self._active:
                 raise InvariantViolation("cannot retire the active segment")
             del self._segments[seg_id]
-            seg.retired = True
-            close = seg.refs == 0  # else the last reader's _unref closes it
-        seg.path.unlink(missing_ok=True)
-        if close:
-            os.close(seg.fd)
+            close = self._mark_retired(seg)
+        _remove(seg, close)
 
-    def _retire_now(self, seg: Segment) -> None:
+    @staticmethod
+    def _mark_retired(seg: Segment) -> bool:
+        """With the lock: mark ``seg`` retired; True if no reader holds it (the
+        caller closes it), else the last reader's ``_unref`` does."""
         seg.retired = True
-        seg.path.unlink(missing_ok=True)
-        if seg.refs == 0:
-            os.close(seg.fd)
+        return seg.refs == 0
 
     def close(self) -> None:
         with self._lock:
@@ -326,6 +327,15 @@ class SegmentStore:
                     os.close(seg.fd)
             self._segments.clear()
             self._active = None
+
+
+def _remove(seg: Segment, close: bool) -> None:
+    """Unlink a retired segment's file (open descriptors keep reading) and close
+    its descriptor if ``close``. Without the lock: an unlink waits on the file
+    system."""
+    seg.path.unlink(missing_ok=True)
+    if close:
+        os.close(seg.fd)
 
 
 def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
