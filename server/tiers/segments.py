@@ -29,7 +29,7 @@ import re
 import struct
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from tiermem.server.errors import CapacityExceeded, InvariantViolation
@@ -63,8 +63,9 @@ class Segment:
     refs: int = 0
     retired: bool = False
     #: whether the directory entry naming the file is on stable storage (a new
-    #: segment's directory is synced after the store's lock is let go)
-    named: threading.Event = field(default_factory=threading.Event)
+    #: segment's directory is synced after the store's lock is let go; two
+    #: threads may both sync it, which is harmless)
+    named: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +94,7 @@ class SegmentStore:
                 self._segments[seg_id] = Segment(
                     seg_id, path, fd, size=_align(os.fstat(fd).st_size)
                 )
-                self._segments[seg_id].named.set()  # found in the directory
+                self._segments[seg_id].named = True  # found in the directory
         self._next_id = max(self._segments, default=0) + 1
         self.faults: Faults = NO_FAULTS
 
@@ -169,14 +170,14 @@ class SegmentStore:
         """Sync the directory so that a new segment's name survives power loss
         (or a synced entry in it would be lost with its directory entry).
         Idempotent: whoever needs it first syncs."""
-        if seg.named.is_set():
+        if seg.named:
             return
         dir_fd = os.open(self.directory, os.O_RDONLY)
         try:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
-        seg.named.set()
+        seg.named = True
 
     def _claim(self, seg: Segment, nbytes: int) -> int:
         """Room for ``nbytes`` at the end of ``seg`` (with the lock)."""
