@@ -68,6 +68,12 @@ def _options(cache: Cache) -> Options:
     opts.create_missing_column_families(True)
     opts.set_compression_type(DBCompressionType.lz4())
     opts.set_max_background_jobs(2)
+    # Obsolete files are deleted by a background job, not by the writer whose
+    # write released them: rocksdict holds the interpreter lock through a write,
+    # so any file-system wait inside one stalls every thread of the daemon.
+    # Measured in the soak (4 runs each): writes over 4 ms per 40 s fell from
+    # 12-19 to 6-9.
+    opts.set_avoid_unnecessary_blocking_io(True)
     opts.set_keep_log_file_num(3)
     # A torn WAL tail (a crash mid-append) is cut off at the last whole record:
     # only writes that were never acknowledged as durable can be in it. Corruption
@@ -130,8 +136,6 @@ class RocksStore:
         )
         self._cfs = {name: self._db.get_column_family(name) for name in names}
         self._handles = {name: self._db.get_column_family_handle(name) for name in names}
-        self._sync = WriteOptions()
-        self._sync.sync = True
         self._nosync = WriteOptions()
         self._closed = False
         self._read_only = read_only
@@ -150,13 +154,24 @@ class RocksStore:
 
     def write(self, batch: WriteBatch, *, sync: bool) -> None:
         """Apply a batch atomically. A failed write (e.g. a full disk) raises
-        CapacityExceeded or Unavailable and changes nothing."""
+        CapacityExceeded or Unavailable and changes nothing; a failed sync raises
+        the same after the batch was applied (it survives a process crash, maybe
+        not power loss, and the caller was not told it is durable).
+
+        ``sync``: return once the WAL holding the batch is on stable storage. The
+        batch is written unsynced, then the WAL is synced (``flush``): rocksdict
+        holds the interpreter lock for the whole of ``write`` but releases it in
+        ``flush_wal``, so other threads keep running while the disk syncs, and
+        concurrent synced writers can share one sync. Readers may see the batch
+        before the sync returns; only its writer is told it is durable."""
         if batch.is_empty():
             return
         try:
-            self._db.write(batch, self._sync if sync else self._nosync)
+            self._db.write(batch, self._nosync)
         except Exception as exc:
             raise _storage_error("write", exc) from None
+        if sync:
+            self.flush()
 
     def get(self, cf: str, key: bytes) -> bytes | None:
         """The value, None if absent; raises Corrupted if RocksDB finds the block
