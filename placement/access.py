@@ -185,7 +185,9 @@ class PriorLearner:
     burst of KV blocks that are never read back lowers the prior of the next
     ones, and they stop displacing data that is read.
 
-    Mutable, tiny (a few floats per class), not thread-safe: the owner locks.
+    Mutable, tiny (a few floats per class). Updates are not thread-safe: the
+    owner serialises them. ``prior`` may be read concurrently with an update; it
+    then blends counts a few microseconds apart, off by about one sample.
     """
 
     def __init__(
