@@ -161,9 +161,9 @@ class RocksStore:
         ``sync``: return once the WAL holding the batch is on stable storage. The
         batch is written unsynced, then the WAL is synced (``flush``): rocksdict
         holds the interpreter lock for the whole of ``write`` but releases it in
-        ``flush_wal``, so other threads keep running while the disk syncs, and
-        concurrent synced writers can share one sync. Readers may see the batch
-        before the sync returns; only its writer is told it is durable."""
+        ``flush_wal``, so other threads keep running while the disk syncs.
+        Readers may see the batch before the sync returns; only its writer is
+        told it is durable."""
         if batch.is_empty():
             return
         try:
