@@ -92,9 +92,8 @@ class SegmentStore:
                 fd = os.open(path, os.O_RDWR)
                 seg_id = int(m.group(1))
                 self._segments[seg_id] = Segment(
-                    seg_id, path, fd, size=_align(os.fstat(fd).st_size)
-                )
-                self._segments[seg_id].named = True  # found in the directory
+                    seg_id, path, fd, size=_align(os.fstat(fd).st_size), named=True
+                )  # found in the directory: its name is already durable
         self._next_id = max(self._segments, default=0) + 1
         self.faults: Faults = NO_FAULTS
 
@@ -229,20 +228,21 @@ class SegmentStore:
         self._unref(seg)
         return seg.id, offset + len(header)
 
-    def sync(self, seg_ids: set[int]) -> None:
-        """fdatasync the given segments (those still open), names included."""
+    def sync(self, seg_ids: set[int] | None = None) -> None:
+        """fdatasync the given segments (all when None; those still open), names
+        included."""
         with self._lock:
-            segs = [s for i, s in self._segments.items() if i in seg_ids and not s.retired]
+            segs = [
+                s
+                for i, s in self._segments.items()
+                if (seg_ids is None or i in seg_ids) and not s.retired
+            ]
         for seg in segs:
             os.fdatasync(seg.fd)
             self._name_durably(seg)
 
     def sync_all(self) -> None:
-        with self._lock:
-            segs = [s for s in self._segments.values() if not s.retired]
-        for seg in segs:
-            os.fdatasync(seg.fd)
-            self._name_durably(seg)
+        self.sync(None)
 
     # -- reading --------------------------------------------------------------
     def _ref(self, seg_id: int) -> Segment:
