@@ -67,6 +67,7 @@ from tiermem.server.api.interceptor import new_request_id, request_id
 from tiermem.server.api.namespaces import authorize_request
 from tiermem.server.api.objects import delete_reply, list_reply, stat_reply
 from tiermem.server.config import Config
+from tiermem.server.dataplane import after_reply
 from tiermem.server.dataplane.bulk import Closed, recv_exact, status
 from tiermem.server.dataplane.identity import principal_of
 from tiermem.server.dataplane.plane import DataPlane
@@ -393,16 +394,23 @@ class BulkSessions:
         """A unary op without a gRPC call: the same authorization and code; a
         refusal leaves the session open."""
         started = time.perf_counter()
-        try:
-            authorize_request(self._guard, op.method, msg)
-            reply = op.run(owner, acting, msg)
-        except TiermemError as exc:
-            self._record(op, exc.code, started)
-            conn.sendall(_refusal(exc))
-            return True
-        self._record(op, "OK", started)
-        conn.sendall(status("OK", "") + frame(reply.SerializeToString()))
-        return True
+        # work the op leaves for after its reply (a Lease's adoption of remote
+        # blocks) runs before the session reads its next request, while the
+        # client is busy with this reply
+        with after_reply.collecting() as deferred:
+            try:
+                try:
+                    authorize_request(self._guard, op.method, msg)
+                    reply = op.run(owner, acting, msg)
+                except TiermemError as exc:
+                    self._record(op, exc.code, started)
+                    conn.sendall(_refusal(exc))
+                    return True
+                self._record(op, "OK", started)
+                conn.sendall(status("OK", "") + frame(reply.SerializeToString()))
+                return True
+            finally:
+                after_reply.run(deferred)
 
     def _record(self, op: UnaryOp, code: str, started: float) -> None:
         # counted with the gRPC method's own requests (same name, same labels)

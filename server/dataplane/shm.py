@@ -30,8 +30,9 @@ small value) is copied into a staging extent owned by the lease. Values up to
 this daemon does not hold, found in the remote tier (``remote``), is fetched
 straight into a staging extent (received there from the socket on Redis,
 transferred there by Mooncake), verified there, and that extent is leased;
-when that lease ends, the extent becomes the adopted object's storage (no
-second copy, and no catalog work before the reply).
+it becomes the adopted object's storage (no second copy, and no catalog work
+before the reply) when that lease ends, or, for a Lease on a bulk session,
+right after the reply (the extent pinned for the reader until its lease ends).
 
 A lease ends once: released, committed, or reaped after its TTL by the
 background worker. Clients must finish using a region before the TTL they
@@ -53,6 +54,7 @@ from typing import Protocol
 import xxhash
 
 from tiermem.server.config import DataPlaneConfig
+from tiermem.server.dataplane import after_reply
 from tiermem.server.dataplane.limits import ByteBudget, check_batch
 from tiermem.server.errors import FailedPrecondition, InvalidArgument, TiermemError
 from tiermem.server.metrics import Metrics
@@ -411,6 +413,8 @@ class SharedMemoryPlane:
 
         # every extent it reserved and does not return, it gives to _drop
         staged = remote.stage(keys, reserve, self._drop)
+        if staged and after_reply.can_defer():
+            return self._adopt_after_reply(remote, staged)
         return {
             key: (
                 meta_to_proto(meta),
@@ -419,6 +423,34 @@ class SharedMemoryPlane:
             )
             for key, (meta, r) in staged.items()
         }
+
+    def _adopt_after_reply(
+        self, remote: RemoteStager, staged: dict[ObjectKey, tuple[ObjectMeta, Reservation]]
+    ) -> dict[ObjectKey, tuple[pb.ObjectMeta, Region | None, bytes | None]]:
+        """Lease staged extents that are adopted (one batch) as soon as the reply
+        is sent, while the client copies out of them, instead of when their
+        leases end. Each extent is pinned for its reader as a read pins an
+        object's storage (``Leases``), so once adopted the object is never
+        moved or freed under the lease, and an extent whose adoption fails is
+        given back only when its lease ends."""
+        pins = self._objects.store.leases
+        for _meta, r in staged.values():
+            pins.acquire(Tier.DRAM, r.location)
+        after_reply.defer(partial(remote.adopt_filled_many, list(staged.values())))
+        return {
+            key: (
+                meta_to_proto(meta),
+                (r.location, r.size, partial(self._unpin_staged, r), None),
+                None,
+            )
+            for key, (meta, r) in staged.items()
+        }
+
+    def _unpin_staged(self, reservation: Reservation) -> None:
+        """A lease on an extent adopted after its reply ended: let go of the pin
+        (the extent is freed now if its adoption failed or the object went)."""
+        self._budget.give(reservation.size)
+        self._objects.store.leases.release(Tier.DRAM, reservation.location)
 
     def _adopt(self, remote: RemoteStager, meta: ObjectMeta, reservation: Reservation) -> None:
         """A staged remote object's lease ended: its extent becomes the object's

@@ -498,8 +498,8 @@ class ObjectService:
         except BaseException:
             for i, p in enumerate(puts):
                 loc = locations[i]
-                if loc is not None:
-                    memory[p.reservation.tier].free(loc, p.reservation.size)
+                if loc is not None:  # freed once no reader holds it (``abort``)
+                    self.store.leases.free(p.reservation.tier, loc, p.reservation.size)
                 else:
                     self.abort(p.reservation)
                 copy = ssd_copies[i]
@@ -618,9 +618,16 @@ class ObjectService:
         self.abort(staged.reservation)
 
     def abort(self, reservation: Reservation) -> None:
-        """Return an unused reservation's space."""
-        if reservation.tier in self.store.memory:
-            self.store.memory[reservation.tier].abort(reservation)
+        """Return an unused reservation's space (when a reader has it pinned, e.g.
+        a remote block adopted while its lease runs, once that reader lets go)."""
+        tier = reservation.tier
+        if tier not in self.store.memory:
+            return
+        leases = self.store.leases
+        if reservation.location >= 0 and leases.is_leased(tier, reservation.location):
+            leases.free(tier, reservation.location, reservation.size)
+        else:
+            self.store.memory[tier].abort(reservation)
 
     def first_tier(self, size: int, profile: Profile, kind: Kind) -> Tier | None:
         """The tier admission would try first for a new value (None: no tier can hold it)."""

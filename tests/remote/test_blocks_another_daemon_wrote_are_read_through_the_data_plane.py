@@ -59,8 +59,9 @@ def names(daemon: Daemon, hashes: list[int]) -> list[str]:
 
 
 def adopted_soon(daemon: Daemon, n: int, timeout_s: float = 10.0) -> float:
-    """The adopted count once it reaches ``n`` (the client releases its shm
-    leases without waiting, and a leased block is adopted at its release)."""
+    """The adopted count once it reaches ``n`` (a block leased over a bulk
+    session is adopted right after the reply; one leased over gRPC when the
+    client releases it, without waiting)."""
     deadline = time.monotonic() + timeout_s
     while (got := sample(daemon, "tiermem_remote_adopted_objects_total")) < n:
         if time.monotonic() > deadline:

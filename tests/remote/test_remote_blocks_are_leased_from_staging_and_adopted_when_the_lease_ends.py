@@ -4,7 +4,8 @@ payload landing there straight from the store, or copied there with
 ``tiers.remote.land_reads = false``), verifies it there and leases that
 extent, with no catalog work before the reply. When the lease ends
 (released, or reaped after its TTL) the extent becomes the adopted object's
-storage; if B stored the key itself meanwhile,
+storage; over a bulk session that happens as soon as the reply is sent, the
+extent pinned until the lease ends. If B stored the key itself meanwhile,
 the extent is given back instead and B's own object stays."""
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from tests.remote.test_blocks_another_daemon_wrote_are_read_through_the_data_pla
     key_of,
 )
 from tiermem.client import Client, KvBlock
+from tiermem.client import Kind as ClientKind
 from tiermem.server.app import Daemon
+from tiermem.server.dataplane import after_reply
 from tiermem.server.dataplane.shm import ReadGrant
 from tiermem.server.model import Kind, ObjectKey, Tier
 
@@ -158,3 +161,47 @@ def test_a_release_adopts_its_blocks_together_except_one_stored_meanwhile(
         assert sample(b, "tiermem_remote_operations_total", op="get", result="ok") == gets
     # no extent leaked: three blocks and their arena rounding
     assert _dram_used(b) == before + 3 * b.store.memory[Tier.DRAM].cost_of(len(written[0].data))
+
+
+def test_blocks_adopted_right_after_the_reply_stay_put_until_their_leases_end(
+    peer: Peer, make_remote_daemon: Callable[..., Daemon]
+) -> None:
+    """Over a bulk session a Lease's staged blocks are adopted as soon as the
+    reply is sent (``after_reply``), while the client still copies out of
+    them. Until each lease ends its extent is pinned: the adopted block
+    deleted meanwhile keeps its bytes until the release, and so does an
+    extent whose adoption found the key stored by B itself."""
+    b, written, keys = _published_by_a(peer, make_remote_daemon, 3, seed=16)
+    shm = b.dataplane.shm
+    before = _dram_used(b)
+    cost = b.store.memory[Tier.DRAM].cost_of(len(written[0].data))
+    ours = KvBlock(written[2].chunk_hash, np.full(len(written[2].data), 5, dtype=np.uint8))
+    with after_reply.collecting() as deferred:  # what a bulk session does for a Lease
+        grants = shm.lease("worker", keys, ttl_s=30.0, inline_max_bytes=0)
+    assert sample(b, ADOPTED) == 0
+    with Client(b.address) as cb:
+        cb.kv.put_blocks(SCOPE, [ours])  # B stores the third key itself first
+        after_reply.run(deferred)  # the session, once the reply is out
+        assert sample(b, ADOPTED) == 2
+        with b.store.lock:
+            entries = [b.store.catalog.find(k.encode()) for k in keys[:2]]
+        assert [e.loc for e in entries if e] == [g.lease.offset for g in grants[:2] if g.lease]
+        # another reader finds them here while the first leases still run
+        gets = sample(b, "tiermem_remote_operations_total", op="get", result="ok")
+        again = shm.lease("other", keys[:2], ttl_s=30.0, inline_max_bytes=0)
+        assert [g.meta.tier for g in again] == [Tier.DRAM] * 2
+        assert sample(b, "tiermem_remote_operations_total", op="get", result="ok") == gets
+        shm.release("other", [g.lease.lease_id for g in again if g.lease is not None])
+        assert cb.delete(ClientKind.KV_BLOCK, keys[0].key)  # deleted while leased
+        assert b.store.catalog.find(keys[0].encode()) is None
+        # every leased extent still holds what the lease promised
+        assert [_arena_bytes(b, g) for g in grants] == [blk.data.tobytes() for blk in written]
+        assert _dram_used(b) == before + 4 * cost  # 3 leased extents + B's own block
+        shm.release("worker", [g.lease.lease_id for g in grants if g.lease is not None])
+        # the deleted block's and the unadopted extent's space came back
+        assert _dram_used(b) == before + 2 * cost
+        assert b.remote is not None and b.remote.flush()  # the delete reached the store
+        got = cb.kv.get_blocks(SCOPE, [blk.chunk_hash for blk in written], path="shm")
+    assert [g.found for g in got] == [False, True, True]
+    assert bytes(got[1].data or b"") == written[1].data.tobytes()
+    assert bytes(got[2].data or b"") == ours.data.tobytes()

@@ -13,6 +13,9 @@ import torch
 
 from tests.remote.conftest import Peer, remote_config, sample
 from tests.remote.peers import RedisCluster
+from tests.remote.test_blocks_another_daemon_wrote_are_read_through_the_data_plane import (
+    adopted_soon,
+)
 from tiermem.client import Client, Kind, KvBlock, KvScope, Tier
 from tiermem.client.fastpath import ObjectRef
 from tiermem.server.app import Daemon
@@ -48,8 +51,9 @@ def test_a_chain_written_through_a_is_found_and_read_byte_exact_on_b(
         for blk, tensor in zip(blocks, got, strict=True):
             assert tensor.dtype == torch.float16 and tensor.shape == blk.data.shape
             assert tensor.view(torch.int16).equal(blk.data.view(torch.int16))
-        # B adopted what it read: now local, still byte-exact, no remote round trip
-        assert sample(b, "tiermem_remote_adopted_objects_total") == 24
+        # B adopted what it read (right after its reply, while the client
+        # copied): now local, still byte-exact, no remote round trip
+        assert adopted_soon(b, 24) == 24
         assert cb.kv.lookup_prefix(SCOPE, hashes).tiers == [Tier.DRAM] * 24
         gets = sample(b, "tiermem_remote_operations_total", op="get", result="ok")
         again = cb.kv.get_tensors(SCOPE, hashes)
