@@ -367,8 +367,8 @@ class ObjectService:
                 spec, profile, encoded, checksum, reservation, location, ssd_copy
             )
         except BaseException:
-            if location is not None:
-                self.store.memory[reservation.tier].free(location, reservation.size)
+            if location is not None:  # freed once no reader holds it (``abort``)
+                self.store.leases.free(reservation.tier, location, reservation.size)
             else:
                 self.abort(reservation)
             if ssd_copy is not None:
@@ -624,8 +624,11 @@ class ObjectService:
         if tier not in self.store.memory:
             return
         leases = self.store.leases
-        if reservation.location >= 0 and leases.is_leased(tier, reservation.location):
-            leases.free(tier, reservation.location, reservation.size)
+        # only a staged arena extent is ever pinned before it is committed (a
+        # small value's or an HBM reservation's ``abort`` also undoes more)
+        location = reservation.location
+        if tier == Tier.DRAM and location >= 0 and leases.is_leased(tier, location):
+            leases.free(tier, location, reservation.size)
         else:
             self.store.memory[tier].abort(reservation)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -205,3 +206,43 @@ def test_blocks_adopted_right_after_the_reply_stay_put_until_their_leases_end(
     assert [g.found for g in got] == [False, True, True]
     assert bytes(got[1].data or b"") == written[1].data.tobytes()
     assert bytes(got[2].data or b"") == ours.data.tobytes()
+
+
+def test_a_block_whose_adoption_fails_at_its_commit_keeps_its_extent_until_the_lease_ends(
+    peer: Peer, make_remote_daemon: Callable[..., Daemon], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key is stored by B itself after the adoption's checks and before its
+    commit (one block: ``adopt_filled``, refused by ``if_absent`` under the
+    store lock once the extent is committed to the engine). The extent the
+    client is still reading stays allocated until its lease ends."""
+    b, written, keys = _published_by_a(peer, make_remote_daemon, 1, seed=17)
+    remote = b.remote
+    assert remote is not None
+    shm = b.dataplane.shm
+    before = _dram_used(b)
+    cost = b.store.memory[Tier.DRAM].cost_of(len(written[0].data))
+    ours = KvBlock(written[0].chunk_hash, np.full(len(written[0].data), 3, dtype=np.uint8))
+    with after_reply.collecting() as deferred:
+        (grant,) = shm.lease("worker", keys, ttl_s=30.0, inline_max_bytes=0)
+    prepare = remote.objects.prepare
+    stored: list[bool] = []
+    with Client(b.address) as cb:
+
+        def prepare_then_store(spec: Any) -> Any:
+            profile = prepare(spec)
+            if not stored:  # the adoption's check passed; B stores the key now
+                stored.append(True)
+                cb.kv.put_blocks(SCOPE, [ours])
+            return profile
+
+        monkeypatch.setattr(remote.objects, "prepare", prepare_then_store)
+        after_reply.run(deferred)
+        monkeypatch.undo()
+        assert stored and sample(b, ADOPTED) == 0
+        assert _arena_bytes(b, grant) == written[0].data.tobytes()
+        assert _dram_used(b) == before + 2 * cost  # the leased extent + B's own block
+        assert grant.lease is not None
+        shm.release("worker", [grant.lease.lease_id])
+        assert _dram_used(b) == before + cost
+        (got,) = cb.kv.get_blocks(SCOPE, [written[0].chunk_hash], path="shm")
+    assert bytes(got.data or b"") == ours.data.tobytes()
