@@ -169,9 +169,9 @@ def test_blocks_adopted_right_after_the_reply_stay_put_until_their_leases_end(
 ) -> None:
     """Over a bulk session a Lease's staged blocks are adopted as soon as the
     reply is sent (``after_reply``), while the client still copies out of
-    them. Until each lease ends its extent is pinned: the adopted block
-    deleted meanwhile keeps its bytes until the release, and so does an
-    extent whose adoption found the key stored by B itself."""
+    them. Until each lease ends its extent is pinned: an adopted block
+    deleted or moved to SSD meanwhile keeps its bytes until the release, and
+    so does an extent whose adoption found the key stored by B itself."""
     b, written, keys = _published_by_a(peer, make_remote_daemon, 3, seed=16)
     shm = b.dataplane.shm
     before = _dram_used(b)
@@ -195,12 +195,13 @@ def test_blocks_adopted_right_after_the_reply_stay_put_until_their_leases_end(
         shm.release("other", [g.lease.lease_id for g in again if g.lease is not None])
         assert cb.delete(ClientKind.KV_BLOCK, keys[0].key)  # deleted while leased
         assert b.store.catalog.find(keys[0].encode()) is None
+        assert b.mover.move(keys[1].encode(), Tier.SSD, force=True)  # moved while leased
         # every leased extent still holds what the lease promised
         assert [_arena_bytes(b, g) for g in grants] == [blk.data.tobytes() for blk in written]
         assert _dram_used(b) == before + 4 * cost  # 3 leased extents + B's own block
         shm.release("worker", [g.lease.lease_id for g in grants if g.lease is not None])
-        # the deleted block's and the unadopted extent's space came back
-        assert _dram_used(b) == before + 2 * cost
+        # the deleted, the moved and the unadopted extents' space came back
+        assert _dram_used(b) == before + cost
         assert b.remote is not None and b.remote.flush()  # the delete reached the store
         got = cb.kv.get_blocks(SCOPE, [blk.chunk_hash for blk in written], path="shm")
     assert [g.found for g in got] == [False, True, True]
