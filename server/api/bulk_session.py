@@ -393,24 +393,29 @@ class BulkSessions:
     ) -> bool:
         """A unary op without a gRPC call: the same authorization and code; a
         refusal leaves the session open."""
-        started = time.perf_counter()
         # work the op leaves for after its reply (a Lease's adoption of remote
         # blocks) runs before the session reads its next request, while the
         # client is busy with this reply
         with after_reply.collecting() as deferred:
             try:
-                try:
-                    authorize_request(self._guard, op.method, msg)
-                    reply = op.run(owner, acting, msg)
-                except TiermemError as exc:
-                    self._record(op, exc.code, started)
-                    conn.sendall(_refusal(exc))
-                    return True
-                self._record(op, "OK", started)
-                conn.sendall(status("OK", "") + frame(reply.SerializeToString()))
-                return True
+                self._reply(conn, owner, acting, op, msg)
             finally:
                 after_reply.run(deferred)
+        return True
+
+    def _reply(
+        self, conn: socket.socket, owner: str, acting: str, op: UnaryOp, msg: Message
+    ) -> None:
+        started = time.perf_counter()
+        try:
+            authorize_request(self._guard, op.method, msg)
+            reply = op.run(owner, acting, msg)
+        except TiermemError as exc:
+            self._record(op, exc.code, started)
+            conn.sendall(_refusal(exc))
+            return
+        self._record(op, "OK", started)
+        conn.sendall(status("OK", "") + frame(reply.SerializeToString()))
 
     def _record(self, op: UnaryOp, code: str, started: float) -> None:
         # counted with the gRPC method's own requests (same name, same labels)

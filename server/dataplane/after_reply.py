@@ -7,7 +7,7 @@ reply does not depend on can run in that gap instead of delaying the reply or
 the next request. The session collects such work while it serves a request
 (``collecting``) and runs it after sending the reply (``run``). Code serving a
 request offers work with ``defer``; where nothing collects (a gRPC handler,
-a direct call), ``defer`` says so and the caller does it another way.
+a direct call), ``can_defer`` says so and the caller does it another way.
 """
 
 from __future__ import annotations
@@ -17,19 +17,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from tiermem.server.errors import InvariantViolation
+
 log = logging.getLogger(__name__)
 
 _work: ContextVar[list[Callable[[], None]] | None] = ContextVar("after_reply", default=None)
 
 
-def defer(fn: Callable[[], None]) -> bool:
-    """Run ``fn`` once the current request's reply is sent; False (and nothing
-    queued) when nothing serving this request runs such work."""
+def defer(fn: Callable[[], None]) -> None:
+    """Run ``fn`` once the current request's reply is sent (only where
+    ``can_defer``)."""
     work = _work.get()
     if work is None:
-        return False
+        raise InvariantViolation("work deferred past a reply that nothing collects")
     work.append(fn)
-    return True
 
 
 def can_defer() -> bool:
