@@ -22,9 +22,10 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from tiermem.client.errors import TiermemClientError, error_for
-from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, read_frame, recv_exact
+from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, read_frame
 from tiermem.dataplane_wire import (
     FLAG_ACCEPT_WITH_RESULT,
+    LENGTH,
     MAX_STATUS_BYTES,
     OP_GET,
     OP_PUT,
@@ -41,6 +42,13 @@ M = TypeVar("M", bound=Message)
 
 #: Largest get reply (metas and inline values of a batch) a client reads.
 MAX_TICKET_BYTES = 256 << 20
+
+#: How much a session reads ahead from its connection. A reply's frames (status,
+#: ticket, the start of the values) arrive in one gathered send: one receive
+#: into this buffer takes them all, where reading each frame's length and body
+#: exactly would cost two receives a frame. Larger reads go straight into their
+#: destination.
+READ_AHEAD_BYTES = 16 << 10
 
 
 class SessionsUnsupported(Exception):
@@ -83,6 +91,75 @@ class Session:
         #: its timeout; None: only ``io_timeout_s`` bounds each wait
         self._deadline: float | None = None
         self._timeout_s: float | None = None
+        # bytes received but not yet consumed: _ahead[_start:_end]
+        self._ahead = memoryview(bytearray(READ_AHEAD_BYTES))
+        self._start = self._end = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes read ahead and not consumed (non-zero after a request: the
+        connection is out of step with the protocol, never pooled)."""
+        return self._end - self._start
+
+    def _recv_some(self, view: memoryview, deadline: float | None) -> int:
+        """One receive into ``view`` (at least a byte), bounded by the I/O
+        timeout and by ``deadline``. Raises TimeoutError, BulkBroken on EOF."""
+        shortened = False
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("deadline passed while receiving")
+            if left < self.io_timeout_s:  # else the socket's own timeout is the bound
+                self.sock.settimeout(left)
+                shortened = True
+        try:
+            n = self.sock.recv_into(view)
+        finally:
+            if shortened:
+                self.sock.settimeout(self.io_timeout_s)
+        if n == 0:
+            raise BulkBroken("connection closed mid-reply")
+        return n
+
+    def _read_into(self, view: memoryview, deadline: float | None) -> None:
+        """Fill ``view``: first from what was read ahead, then from the socket
+        (straight into ``view`` when the rest is at least a read-ahead's size)."""
+        size = len(view)
+        got = min(size, self._end - self._start)
+        if got:
+            view[:got] = self._ahead[self._start : self._start + got]
+            self._start += got
+        while got < size:
+            if size - got >= READ_AHEAD_BYTES:
+                got += self._recv_some(view[got:], deadline)
+                continue
+            self._start, self._end = 0, self._recv_some(self._ahead, deadline)
+            k = min(size - got, self._end)
+            view[got : got + k] = self._ahead[:k]
+            self._start = k
+            got += k
+
+    def _take(self, n: int, deadline: float | None) -> bytes:
+        """The next ``n`` bytes of the reply."""
+        if self._end - self._start >= n:
+            start = self._start
+            self._start += n
+            return bytes(self._ahead[start : start + n])
+        out = bytearray(n)
+        self._read_into(memoryview(out), deadline)
+        return bytes(out)
+
+    def _frame(self, limit_bytes: int, deadline: float | None) -> bytes:
+        """One length-prefixed frame's body (at most ``limit_bytes``)."""
+        (length,) = LENGTH.unpack(self._take(LENGTH.size, deadline))
+        if length > limit_bytes:
+            raise BulkBroken(f"frame of {length} bytes exceeds {limit_bytes}")
+        return self._take(length, deadline)
+
+    def _status(self, deadline: float | None = None) -> dataplane_pb2.TransferStatus:
+        msg = dataplane_pb2.TransferStatus()
+        msg.ParseFromString(self._frame(MAX_STATUS_BYTES, deadline))
+        return msg
 
     def _begin(self, timeout_s: float | None) -> None:
         """Start the clock of a request with the caller's ``timeout_s``."""
@@ -124,9 +201,9 @@ class Session:
         """Read and drop the replies owed to earlier ``send_only`` requests."""
         while self.owed:
             try:
-                status = _read_status(self.sock)
+                status = self._status()
                 if status.code == "OK":
-                    read_frame(self.sock, MAX_TICKET_BYTES)
+                    self._frame(MAX_TICKET_BYTES, None)
             except (OSError, BulkBroken) as exc:
                 raise StaleSession(f"pooled bulk session was closed: {exc}") from None
             self.owed -= 1
@@ -166,7 +243,7 @@ class Session:
         """The daemon's first STATUS to a request, waited for until the request's
         deadline (``_begin``; none: the I/O timeout). Raises DeadlineError past it."""
         try:
-            return _read_status(self.sock, self._deadline)
+            return self._status(self._deadline)
         except TimeoutError as exc:
             if not self._timed_out(exc):
                 raise
@@ -202,7 +279,7 @@ class Session:
             if first.code != "OK":
                 self.in_step = True  # the daemon read and dropped the bytes
                 raise refusal(error_for(first.code, first.message, first.request_id))
-            final = _read_status(self.sock, self._deadline)
+            final = self._status(self._deadline)
         except (OSError, BulkBroken) as exc:
             if self._timed_out(exc):
                 raise self._deadline_error("a bulk session put") from None
@@ -228,7 +305,7 @@ class Session:
             for view in views:
                 if len(view):
                     self._sendall(view)
-            status = _read_status(self.sock, self._deadline)
+            status = self._status(self._deadline)
         except (OSError, BulkBroken) as exc:
             if self._timed_out(exc):
                 raise self._deadline_error("sending a bulk session put's bytes") from None
@@ -242,7 +319,7 @@ class Session:
         """Send a request answered by STATUS "OK" and one frame; the frame's bytes."""
         self._ask(op, request_msg.SerializeToString(), timeout_s)
         try:
-            return read_frame(self.sock, MAX_TICKET_BYTES, self._deadline)
+            return self._frame(MAX_TICKET_BYTES, self._deadline)
         except (OSError, BulkBroken) as exc:
             if self._timed_out(exc):
                 raise self._deadline_error(f"a bulk session {what}'s answer") from None
@@ -267,7 +344,7 @@ class Session:
     def receive(self, outs: Sequence[memoryview]) -> None:
         try:
             for out in outs:
-                recv_exact(self.sock, out, self._deadline)
+                self._read_into(out, self._deadline)
         except (OSError, BulkBroken) as exc:
             if self._timed_out(exc):
                 raise self._deadline_error("receiving a bulk session get's values") from None
@@ -342,7 +419,7 @@ class SessionPool:
         try:
             yield s
         finally:
-            if s.in_step:
+            if s.in_step and not s.buffered:
                 if s.owed:
                     with self._lock:
                         self._owed[s.sock] = s.owed
