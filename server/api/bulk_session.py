@@ -7,9 +7,11 @@ or followed by the daemon's reply and (get) the raw bytes; framing in
 of its gRPC twin: the same authorization of every namespace it names
 (``authorize_request``), then ``BulkTransfers.begin_put`` / ``begin_get``
 (validation, guard admission, quotas, acting session) and the same
-``receive`` / ``send`` that ticketed transfers use. The ticket is issued and
-claimed within the session by the same principal, so the ticket table's
-bounds, budget and reaping hold as for gRPC-negotiated transfers.
+``receive`` / ``send`` that ticketed transfers use. The ticket is used at
+once on the session's own connection, so it never enters the ticket table
+(no id to draw, nothing to claim or reap); the data plane's byte budget
+holds as for gRPC-negotiated transfers, and the number of such tickets is
+bounded by the bulk connections (one request at a time each).
 
 Requests answered by one message (``UnaryOp``: KV prefix lookups, the
 shared-memory Lease, Release, Reserve and Commit, and ObjectService's Stat,
@@ -337,8 +339,9 @@ class BulkSessions:
         announced = sum(int(h.size_bytes) for h in msg.objects)
         try:
             authorize_request(self._guard, _METHOD + "BeginPut", msg)
-            issued = transfers.begin_put(owner, [put_spec(h, acting) for h in msg.objects])
-            ticket = transfers.claim(issued.ticket_id, owner)
+            ticket = transfers.begin_put(
+                owner, [put_spec(h, acting) for h in msg.objects], issue=False
+            )
         except TiermemError as exc:
             self._metrics.child(self._metrics.bulk_transfers, "put", "refused").inc()
             conn.sendall(_refusal(exc))
@@ -371,8 +374,9 @@ class BulkSessions:
         try:
             authorize_request(self._guard, _METHOD + "BeginGet", msg)
             keys = [key_from_proto(k) for k in msg.keys]
-            issued = transfers.begin_get(owner, keys, int(msg.inline_max_bytes), acting)
-            ticket = transfers.claim(issued.ticket_id, owner)
+            ticket = transfers.begin_get(
+                owner, keys, int(msg.inline_max_bytes), acting, issue=False
+            )
         except TiermemError as exc:
             self._metrics.child(self._metrics.bulk_transfers, "get", "refused").inc()
             conn.sendall(_refusal(exc))

@@ -225,16 +225,20 @@ class BulkTransfers:
             raise FailedPrecondition("the bulk channel is off on this daemon; use Put/Get")
         check_batch(n, self._config.max_batch_objects, what)
 
-    def _new_ticket(self, owner: str, op: TicketOp) -> Ticket:
+    def _new_ticket(self, owner: str, op: TicketOp, issue: bool = True) -> Ticket:
+        """A ticket; ``issue=False``: one its caller uses at once on its own
+        connection (a bulk session's request), which needs no id and never
+        enters the table."""
         ttl = self._config.bulk.ticket_ttl_s
-        ticket_id = secrets.token_bytes(TICKET_ID_BYTES)
+        ticket_id = secrets.token_bytes(TICKET_ID_BYTES) if issue else b""
         return Ticket(ticket_id, owner, op, self._clock() + ttl, ttl)
 
     # -- put --------------------------------------------------------------------------
-    def begin_put(self, owner: str, specs: Sequence[PutSpec]) -> Ticket:
-        """Reserve space for every object and issue the ticket; all or none."""
+    def begin_put(self, owner: str, specs: Sequence[PutSpec], issue: bool = True) -> Ticket:
+        """Reserve space for every object and issue the ticket; all or none.
+        ``issue=False``: the caller receives the bytes itself (``_new_ticket``)."""
         self._check_batch(len(specs), "BeginPut")
-        ticket = self._new_ticket(owner, "put")
+        ticket = self._new_ticket(owner, "put", issue)
         ticket.end = lambda: self._drop_puts(ticket)
         try:
             profiles = self._objects.prepare_many(specs)
@@ -248,7 +252,8 @@ class BulkTransfers:
                 PutItem(spec, profile, reservation)
                 for spec, profile, reservation in zip(specs, profiles, reservations, strict=True)
             ]
-            self.tickets.issue(ticket)
+            if issue:
+                self.tickets.issue(ticket)
         except BaseException:
             ticket.end()
             raise
@@ -300,17 +305,23 @@ class BulkTransfers:
 
     # -- get --------------------------------------------------------------------------
     def begin_get(
-        self, owner: str, keys: Sequence[ObjectKey], inline_max_bytes: int, caller: str = ""
+        self,
+        owner: str,
+        keys: Sequence[ObjectKey],
+        inline_max_bytes: int,
+        caller: str = "",
+        issue: bool = True,
     ) -> Ticket:
         """Open every object (read leases held until sent) and issue the ticket.
-        ``caller`` is the session the client acts as (checked as for Get)."""
+        ``caller`` is the session the client acts as (checked as for Get).
+        ``issue=False``: the caller sends the values itself (``_new_ticket``)."""
         self._check_batch(len(keys), "BeginGet")
         if self.fill is not None:
             self.fill(keys)
         inline_max = min(
             inline_max_bytes or self._config.inline_max_bytes, self._config.inline_max_bytes
         )
-        ticket = self._new_ticket(owner, "get")
+        ticket = self._new_ticket(owner, "get", issue)
         ticket.end = lambda: self._drop_gets(ticket)
         readers: list[ObjectRead] = []
         try:
@@ -332,7 +343,8 @@ class BulkTransfers:
                     raise
                 ticket.gets.append(GetItem(size, reader.wire, reader, None))
                 ticket.held_bytes += size
-            self.tickets.issue(ticket)
+            if issue:
+                self.tickets.issue(ticket)
         except BaseException:
             for reader in readers:  # opened but not yet in the ticket
                 reader.release()

@@ -23,6 +23,7 @@ from tests.integration.dataplane.helpers import (
     wait_for,
 )
 from tiermem.client import Client, Kind, NotFoundError
+from tiermem.client.fastpath import ObjectRef, PutItem
 from tiermem.server.app import Daemon
 from tiermem.server.model import Tier
 from tiermem.v1 import common_pb2, dataplane_pb2
@@ -176,3 +177,29 @@ def test_bad_ticket_requests_get_clear_statuses(daemon: Daemon) -> None:
             grpc.StatusCode.INVALID_ARGUMENT,
             "limit",
         )
+
+
+def test_bulk_session_requests_never_enter_the_ticket_table(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    """A session's put or get uses its ticket at once on its own connection: it
+    takes no slot of the table (bounded by ``max_tickets`` for tickets that
+    wait for a connection), so a full table does not stop sessions."""
+    daemon = make_daemon(dataplane={"bulk": {"max_tickets": 1}})
+    dp = daemon.dataplane
+    assert dp is not None
+    with dataplane_stub(daemon) as stub, Client(daemon.address, timeout_s=30) as c:
+        stub.BeginPut(dataplane_pb2.BeginPutRequest(objects=[header("waiting", 64 << 10)]))
+        check(
+            rpc_error(
+                stub.BeginPut, dataplane_pb2.BeginPutRequest(objects=[header("more", 64 << 10)])
+            ),
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "max_tickets",
+        )
+        value = bytes(range(256)) * 1024
+        c.dataplane.put_many([PutItem(Kind.KV_BLOCK, "by-session", value)], path="bulk")
+        got = c.dataplane.get_many([ObjectRef(Kind.KV_BLOCK, "by-session")], path="bulk")
+        assert bytes(got[0].data) == value
+        assert c.dataplane.path_stats()["bulk"]["puts"] == 1  # no gRPC ticket: a session
+        assert len(dp.transfers.tickets) == 1  # only the gRPC-negotiated one
