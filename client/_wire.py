@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -204,14 +204,24 @@ def info(meta: common_pb2.ObjectMeta) -> ObjectInfo:
 
 def verify_get(meta: ObjectInfo, data: bytes | bytearray | memoryview, whole: bool) -> None:
     """Check a whole-object read against the daemon's checksum (needs xxhash)."""
-    if not whole or not HAVE_XXHASH:
+    if whole:
+        verify_checksum(meta.checksum, data, lambda: meta)
+
+
+def verify_checksum(
+    expected: int, data: bytes | bytearray | memoryview, info: Callable[[], ObjectInfo]
+) -> None:
+    """``verify_get`` of a whole object whose metadata (``info()``, for the
+    error's message) is made only if the bytes do not match."""
+    if not HAVE_XXHASH:
         return
     actual = xxhash.xxh3_64_intdigest(data)
-    if actual != meta.checksum:
+    if actual != expected:
+        meta = info()
         raise ChecksumError(
             "DATA_LOSS",
             f"object {meta.namespace}/{meta.kind.name}/{meta.key} arrived damaged "
-            f"(checksum {actual:x}, expected {meta.checksum:x})",
+            f"(checksum {actual:x}, expected {expected:x})",
         )
 
 

@@ -5,12 +5,17 @@ profile, and the live tier, pin, persisted flag and access time."""
 
 from __future__ import annotations
 
-import numpy as np
+import dataclasses
 
-from tiermem.client import AccessHint, Client, Durability, Kind, Profile, Tier
+import numpy as np
+import pytest
+
+from tiermem.client import AccessHint, ChecksumError, Client, Durability, Kind, Profile, Tier, _wire
 from tiermem.client.fastpath import ObjectRef
 from tiermem.server.app import Daemon
+from tiermem.server.model import Kind as ServerKind
 from tiermem.server.model import ObjectKey
+from tiermem.server.model import Tier as ServerTier
 from tiermem.server.protoconv import meta_to_proto
 
 
@@ -51,3 +56,47 @@ def test_the_wire_metadata_of_a_read_equals_the_converted_metadata(
         (256, 256),
     )
     assert (info.tier, info.persisted, info.profile) == (stat.tier, stat.persisted, stat.profile)
+
+
+def test_a_bulk_get_converts_metadata_only_when_it_is_read(
+    daemon: Daemon, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Values read into the caller's buffers do not pay for converting their
+    metadata; ``info`` made later is the same as at once. A reply with inline
+    values converts at once (a result must not keep the reply's values alive)."""
+    values = [bytes([i]) * (256 << 10) for i in range(4)]
+    for i, v in enumerate(values):
+        client.put(Kind.KV_BLOCK, f"lazy-{i}", v)
+    client.put(Kind.KV_BLOCK, "tiny", b"inline")
+    converted: list[object] = []
+    convert = _wire.info
+    monkeypatch.setattr(_wire, "info", lambda meta: converted.append(meta) or convert(meta))
+
+    refs = [ObjectRef(Kind.KV_BLOCK, f"lazy-{i}") for i in range(4)]
+    outs = [bytearray(256 << 10) for _ in values]
+    got = client.dataplane.get_many(refs, out=outs, path="bulk")
+    assert [bytes(g.data) for g in got] == values and not converted
+    assert [g.info.key for g in got] == [f"lazy-{i}" for i in range(4)]
+    assert len(converted) == 4
+    stat = client.stat(Kind.KV_BLOCK, "lazy-2")
+    assert got[2].info == dataclasses.replace(stat, accessed_unix_ms=got[2].info.accessed_unix_ms)
+
+    converted.clear()
+    got = client.dataplane.get_many([*refs[:1], ObjectRef(Kind.KV_BLOCK, "tiny")], path="bulk")
+    assert bytes(got[1].data) == b"inline" and len(converted) == 2
+
+
+def test_a_bulk_get_of_damaged_bytes_raises_naming_the_object(
+    daemon: Daemon, client: Client
+) -> None:
+    """The client checks a value against the daemon's checksum before it hands
+    it over, without the metadata converted; the error names the object."""
+    client.put(Kind.KV_BLOCK, "rot", b"\x07" * (256 << 10))
+    entry = daemon.store.catalog.find(ObjectKey("default", ServerKind.KV_BLOCK, "rot").encode())
+    assert entry is not None and entry.tier == ServerTier.DRAM
+    dram = daemon.store.memory[ServerTier.DRAM]
+    dram.write_view(entry.loc, entry.size)[100] ^= 0xFF  # rots after the put
+    with pytest.raises(ChecksumError, match="default/KV_BLOCK/rot arrived damaged"):
+        client.dataplane.get_many(
+            [ObjectRef(Kind.KV_BLOCK, "rot")], out=[bytearray(256 << 10)], path="bulk"
+        )
