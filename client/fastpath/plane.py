@@ -955,8 +955,10 @@ class DataPlane:
             raise _Fallback()
         try:
             results = []
+            # metadata converted when asked for, as for bulk gets (``_landing``)
+            lazy = not any(lease.inline for lease in reply.leases)
             for i, lease in enumerate(reply.leases):
-                info = _wire.info(lease.meta)
+                info = lease.meta if lazy else _wire.info(lease.meta)
                 src = (
                     memoryview(lease.inline_data)
                     if lease.inline

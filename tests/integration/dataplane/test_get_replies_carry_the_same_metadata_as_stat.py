@@ -58,8 +58,9 @@ def test_the_wire_metadata_of_a_read_equals_the_converted_metadata(
     assert (info.tier, info.persisted, info.profile) == (stat.tier, stat.persisted, stat.profile)
 
 
-def test_a_bulk_get_converts_metadata_only_when_it_is_read(
-    daemon: Daemon, client: Client, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("path", ["bulk", "shm"])
+def test_a_get_converts_metadata_only_when_it_is_read(
+    daemon: Daemon, client: Client, monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     """Values read into the caller's buffers do not pay for converting their
     metadata; ``info`` made later is the same as at once. A reply with inline
@@ -74,7 +75,7 @@ def test_a_bulk_get_converts_metadata_only_when_it_is_read(
 
     refs = [ObjectRef(Kind.KV_BLOCK, f"lazy-{i}") for i in range(4)]
     outs = [bytearray(256 << 10) for _ in values]
-    got = client.dataplane.get_many(refs, out=outs, path="bulk")
+    got = client.dataplane.get_many(refs, out=outs, path=path)
     assert [bytes(g.data) for g in got] == values and not converted
     assert [g.info.key for g in got] == [f"lazy-{i}" for i in range(4)]
     assert len(converted) == 4
@@ -82,7 +83,7 @@ def test_a_bulk_get_converts_metadata_only_when_it_is_read(
     assert got[2].info == dataclasses.replace(stat, accessed_unix_ms=got[2].info.accessed_unix_ms)
 
     converted.clear()
-    got = client.dataplane.get_many([*refs[:1], ObjectRef(Kind.KV_BLOCK, "tiny")], path="bulk")
+    got = client.dataplane.get_many([*refs[:1], ObjectRef(Kind.KV_BLOCK, "tiny")], path=path)
     assert bytes(got[1].data) == b"inline" and len(converted) == 2
 
 
