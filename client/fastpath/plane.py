@@ -113,8 +113,7 @@ RELEASER_IDLE_S = 10.0
 Buffer = Any  # bytes-like or numpy array
 #: ``target(position in the batch, metadata)``: where a value read lands (a
 #: writable flat byte view at least ``size_bytes`` long), None = a new buffer.
-#: The metadata may come as the reply's message (converted only if needed).
-_Target = Callable[[int, "ObjectInfo | common_pb2.ObjectMeta"], "memoryview | None"]
+_Target = Callable[[int, "_Meta"], "memoryview | None"]
 #: ``allocate(metadata, index of the object in the request)`` for ``get_many``.
 Allocate = Callable[[ObjectInfo, int], "memoryview | None"]
 #: The type of the new buffers ``get_many`` makes where none was given.
@@ -144,43 +143,49 @@ class ObjectRef:
     namespace: str | None = None
 
 
+class _Meta:
+    """An object's metadata as a reply carried it, made into an ``ObjectInfo``
+    once, when first asked for (~8 µs an object: a caller that only wants the
+    bytes, a batch into its own buffers, never pays it). One slot holds
+    either form, so threads asking at once at worst both convert."""
+
+    __slots__ = ("_src",)
+
+    def __init__(self, src: ObjectInfo | common_pb2.ObjectMeta) -> None:
+        self._src = src
+
+    def info(self) -> ObjectInfo:
+        src = self._src
+        if not isinstance(src, ObjectInfo):
+            src = self._src = _wire.info(src)
+        return src
+
+    @property
+    def checksum(self) -> int:
+        src = self._src
+        return src.checksum if isinstance(src, ObjectInfo) else int(src.checksum.value)
+
+
 class Fetched:
     """A value read: its metadata, its bytes and the path that carried them.
     ``data`` is a view of the caller's ``out`` buffer when one was given.
+    ``info`` is converted from the reply's message when first read."""
 
-    ``info`` is made from the reply's metadata message when first read: a
-    caller that only wants the bytes (a batch into its own buffers) does not
-    pay the conversion (~8 µs an object, on the way to its first byte)."""
+    __slots__ = ("_meta", "data", "path")
 
-    __slots__ = ("_info", "_meta", "data", "path")
-
-    def __init__(
-        self, info: ObjectInfo | common_pb2.ObjectMeta, data: memoryview, path: str
-    ) -> None:
-        self._info = info if isinstance(info, ObjectInfo) else None
-        self._meta = None if isinstance(info, ObjectInfo) else info
+    def __init__(self, meta: ObjectInfo | _Meta, data: memoryview, path: str) -> None:
+        self._meta = meta if isinstance(meta, _Meta) else _Meta(meta)
         self.data = data
         self.path = path
 
     @property
-    def checksum(self) -> int:
-        """The daemon's checksum of the value (``info.checksum``, without
-        converting the rest)."""
-        if self._info is not None:
-            return self._info.checksum
-        assert self._meta is not None
-        return int(self._meta.checksum.value)
+    def info(self) -> ObjectInfo:
+        return self._meta.info()
 
     def verify(self) -> None:
-        """Raise ChecksumError unless the bytes match the daemon's checksum."""
-        _wire.verify_checksum(self.checksum, self.data, lambda: self.info)
-
-    @property
-    def info(self) -> ObjectInfo:
-        if self._info is None:
-            assert self._meta is not None
-            self._info, self._meta = _wire.info(self._meta), None
-        return self._info
+        """Raise ChecksumError unless the bytes match the daemon's checksum
+        (the metadata is converted only for the error's message)."""
+        _wire.verify_checksum(self._meta.checksum, self.data, self._meta.info)
 
     def __repr__(self) -> str:
         return f"Fetched(info={self.info!r}, data=<{len(self.data)} bytes>, path={self.path!r})"
@@ -869,16 +874,14 @@ class DataPlane:
         allocated: dict[int, memoryview | None] = {}
 
         def target_in(idx: list[int]) -> _Target:
-            def target(pos: int, info: ObjectInfo | common_pb2.ObjectMeta) -> memoryview | None:
+            def target(pos: int, meta: _Meta) -> memoryview | None:
                 i = idx[pos]
                 if outs is not None:
                     return outs[i]
                 if allocate is None:
                     return None
                 if i not in allocated:
-                    if not isinstance(info, ObjectInfo):
-                        info = _wire.info(info)
-                    allocated[i] = allocate(info, i)
+                    allocated[i] = allocate(meta.info(), i)  # kept: the result reuses it
                 return allocated[i]
 
             return target
@@ -958,7 +961,7 @@ class DataPlane:
             # metadata converted when asked for, as for bulk gets (``_landing``)
             lazy = not any(lease.inline for lease in reply.leases)
             for i, lease in enumerate(reply.leases):
-                info = lease.meta if lazy else _wire.info(lease.meta)
+                info = _Meta(lease.meta if lazy else _wire.info(lease.meta))
                 src = (
                     memoryview(lease.inline_data)
                     if lease.inline
@@ -1030,7 +1033,7 @@ class DataPlane:
         # reply would keep those values alive beside their copies.
         lazy = not any(obj.inline for obj in ticket.objects)
         for i, obj in enumerate(ticket.objects):
-            info = obj.meta if lazy else _wire.info(obj.meta)
+            info = _Meta(obj.meta if lazy else _wire.info(obj.meta))
             size = int(obj.size_bytes)
             into = target(i, info)
             if obj.inline:
@@ -1063,7 +1066,7 @@ class DataPlane:
     def _get_grpc(
         self,
         ref: ObjectRef,
-        target: Callable[[ObjectInfo], memoryview | None],
+        target: Callable[[_Meta], memoryview | None],
         timeout_s: float | None,
     ) -> Fetched:
         request = object_pb2.GetRequest(key=self._keys([ref])[0])
@@ -1071,7 +1074,7 @@ class DataPlane:
         def call(timeout: float) -> Fetched:
             stream = self._objects.Get(request, timeout=timeout, metadata=self._transport.metadata)
             info = _wire.info(next(stream).meta)
-            out = target(info)
+            out = target(_Meta(info))
             if out is None:
                 data = memoryview(b"".join([msg.chunk for msg in stream]))
             else:

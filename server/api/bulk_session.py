@@ -351,7 +351,13 @@ class BulkSessions:
         # one (one reply, one wake-up of the client); a larger put waits for it.
         accepted = status("OK", "")
         if announced > PIPELINED_PUT_MAX_BYTES or not flags & FLAG_ACCEPT_WITH_RESULT:
-            conn.sendall(accepted)
+            try:
+                conn.sendall(accepted)
+            except OSError as exc:  # the client is gone: give its reservations back
+                ticket.end()
+                self._metrics.child(self._metrics.bulk_transfers, "put", "broken").inc()
+                log.warning("bulk session put broken before its bytes, nothing stored: %s", exc)
+                return False
             accepted = b""
         try:
             metas = transfers.receive(ticket, conn)

@@ -82,6 +82,13 @@ def test_a_get_converts_metadata_only_when_it_is_read(
     stat = client.stat(Kind.KV_BLOCK, "lazy-2")
     assert got[2].info == dataclasses.replace(stat, accessed_unix_ms=got[2].info.accessed_unix_ms)
 
+    converted.clear()  # a caller that allocates by the metadata converts it once
+    got = client.dataplane.get_many(
+        refs, allocate=lambda info, i: memoryview(bytearray(info.size_bytes)), path=path
+    )
+    assert [bytes(g.data) for g in got] == values
+    assert [g.info.key for g in got] == [f"lazy-{i}" for i in range(4)] and len(converted) == 4
+
     converted.clear()
     got = client.dataplane.get_many([*refs[:1], ObjectRef(Kind.KV_BLOCK, "tiny")], path=path)
     assert bytes(got[1].data) == b"inline" and len(converted) == 2
