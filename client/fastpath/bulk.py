@@ -105,7 +105,7 @@ class BulkPool:
                 raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
             try:
                 sock.sendall(preamble(ticket_id, self._credential))
-                status = _read_status(sock)
+                status = read_status(sock)
             except (OSError, BulkBroken) as exc:
                 sock.close()
                 if reused:
@@ -128,7 +128,7 @@ class BulkPool:
             for view in views:
                 if len(view):
                     sock.sendall(view)
-            status = _read_status(sock)
+            status = read_status(sock)
         except (OSError, BulkBroken) as exc:
             sock.close()
             raise BulkBroken(f"bulk put to {address} broke: {exc}") from None
@@ -147,7 +147,7 @@ class BulkPool:
             for chunk in chunks:
                 if len(chunk):
                     sock.sendall(chunk)
-            status = _read_status(sock)
+            status = read_status(sock)
         except (OSError, BulkBroken) as exc:
             sock.close()
             raise BulkBroken(f"bulk stream to {address} broke: {exc}") from None
@@ -194,44 +194,33 @@ class BulkPool:
         self._give_back(address, sock)
 
 
-def recv_exact(sock: socket.socket, view: memoryview, deadline: float | None = None) -> None:
-    """Fill ``view`` from ``sock``. Each wait is bounded by the socket's timeout
-    and, when ``deadline`` (``time.monotonic``) is given, by the time left
-    until it: TimeoutError once it passed, however the bytes trickle in."""
+def recv_exact(sock: socket.socket, view: memoryview) -> None:
+    """Fill ``view`` from ``sock``; each wait is bounded by the socket's timeout.
+    (A bulk session's reads, which a call's deadline also bounds, go through
+    ``Session``'s read-ahead instead.)"""
     size = len(view)
     got = 0
-    cap = sock.gettimeout() if deadline is not None else None
-    try:
-        while got < size:
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"deadline passed after {got} of {size} bytes")
-                sock.settimeout(left if cap is None else min(cap, left))
-            n = sock.recv_into(view[got:] if got else view, size - got)
-            if n == 0:
-                raise BulkBroken(f"connection closed after {got} of {size} bytes")
-            got += n
-    finally:
-        if deadline is not None:
-            sock.settimeout(cap)
+    while got < size:
+        n = sock.recv_into(view[got:] if got else view, size - got)
+        if n == 0:
+            raise BulkBroken(f"connection closed after {got} of {size} bytes")
+        got += n
 
 
-def read_frame(
-    sock: socket.socket, limit_bytes: int = MAX_STATUS_BYTES, deadline: float | None = None
-) -> bytes:
+def read_frame(sock: socket.socket, limit_bytes: int = MAX_STATUS_BYTES) -> bytes:
     """One length-prefixed frame's body (at most ``limit_bytes``)."""
     head = bytearray(LENGTH.size)
-    recv_exact(sock, memoryview(head), deadline)
+    recv_exact(sock, memoryview(head))
     (length,) = LENGTH.unpack(head)
     if length > limit_bytes:
         raise BulkBroken(f"frame of {length} bytes exceeds {limit_bytes}")
     body = bytearray(length)
-    recv_exact(sock, memoryview(body), deadline)
+    recv_exact(sock, memoryview(body))
     return bytes(body)
 
 
-def _read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
+def read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
+    """One STATUS frame, read exactly (nothing after it is consumed)."""
     msg = dataplane_pb2.TransferStatus()
     msg.ParseFromString(read_frame(sock))
     return msg

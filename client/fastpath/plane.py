@@ -166,6 +166,16 @@ class _Meta:
         return src.checksum if isinstance(src, ObjectInfo) else int(src.checksum.value)
 
 
+def _metas(items: Sequence[Any]) -> list[_Meta]:
+    """The metadata of a reply's objects (leases or ticket objects: each has
+    ``meta`` and ``inline``), left as messages to convert when asked for,
+    unless the reply carries inline values: a result holding a message of the
+    reply would keep those values alive beside their copies."""
+    if any(item.inline for item in items):
+        return [_Meta(_wire.info(item.meta)) for item in items]
+    return [_Meta(item.meta) for item in items]
+
+
 class Fetched:
     """A value read: its metadata, its bytes and the path that carried them.
     ``data`` is a view of the caller's ``out`` buffer when one was given.
@@ -958,10 +968,9 @@ class DataPlane:
             raise _Fallback()
         try:
             results = []
-            # metadata converted when asked for, as for bulk gets (``_landing``)
-            lazy = not any(lease.inline for lease in reply.leases)
+            metas = _metas(reply.leases)
             for i, lease in enumerate(reply.leases):
-                info = _Meta(lease.meta if lazy else _wire.info(lease.meta))
+                info = metas[i]
                 src = (
                     memoryview(lease.inline_data)
                     if lease.inline
@@ -1028,12 +1037,9 @@ class DataPlane:
         streamed ones given views of their targets (returned in stream order)."""
         results: list[Fetched] = []
         streamed: list[memoryview] = []
-        # Metadata is converted when a caller asks for it (``Fetched``), unless
-        # the reply carries inline values: a result holding a message of the
-        # reply would keep those values alive beside their copies.
-        lazy = not any(obj.inline for obj in ticket.objects)
+        metas = _metas(ticket.objects)
         for i, obj in enumerate(ticket.objects):
-            info = _Meta(obj.meta if lazy else _wire.info(obj.meta))
+            info = metas[i]
             size = int(obj.size_bytes)
             into = target(i, info)
             if obj.inline:

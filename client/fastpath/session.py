@@ -22,7 +22,7 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from tiermem.client.errors import TiermemClientError, error_for
-from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, read_frame
+from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, read_status
 from tiermem.dataplane_wire import (
     FLAG_ACCEPT_WITH_RESULT,
     LENGTH,
@@ -378,7 +378,7 @@ class SessionPool:
             raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
         try:
             sock.sendall(preamble(SESSION_TICKET, self._credential) + frame(self._acting))
-            status = _read_status(sock)
+            status = read_status(sock)
         except (OSError, BulkBroken) as exc:
             sock.close()
             raise BulkBroken(f"bulk session to {address} failed: {exc}") from None
@@ -440,11 +440,3 @@ def _peer_closed(sock: socket.socket) -> bool:
         return sock.recv(1, socket.MSG_PEEK) == b""  # readable: EOF or stray bytes
     except OSError:
         return True
-
-
-def _read_status(
-    sock: socket.socket, deadline: float | None = None
-) -> dataplane_pb2.TransferStatus:
-    msg = dataplane_pb2.TransferStatus()
-    msg.ParseFromString(read_frame(sock, MAX_STATUS_BYTES, deadline))
-    return msg
