@@ -7,7 +7,9 @@ from binascii import hexlify
 import numpy as np
 import xxhash
 
+from tiermem.server.catalog import index as index_module
 from tiermem.server.catalog.index import (
+    KEY_HASH_CACHE,
     ObjectIndex,
     key_digest,
     key_hash,
@@ -88,3 +90,18 @@ def test_chains_of_other_widths_fall_back_to_hashing_each_key() -> None:
     assert wide[0].endswith(hexlify(b"\x01" * 16))
     assert SCOPE.encoded_keys([b"\x01" * 8, b"\x02" * 7]).chunks() is None
     assert SCOPE.encoded_keys(PackedHashes(b"\x00" * 32, 16)).chunks() is None
+
+
+def test_key_hashes_are_remembered_for_recent_keys_within_a_bound() -> None:
+    # a request hashes its key several times (find, insert, record, touch):
+    # the repeats are answered from memory, and memory holds a bounded number
+    key_hash.cache_clear()
+    key = SCOPE.encoded_keys(HASHES[:1])[0]
+    first = key_hash(key)
+    assert key_hash(bytes(bytearray(key))) == first  # an equal key, another object
+    assert key_hash.cache_info().hits == 1
+    assert first == index_module._key_hash(key)
+    many = [ObjectKey("ns", Kind.BLOB, f"k{i}").encode() for i in range(KEY_HASH_CACHE + 100)]
+    assert [key_hash(k) for k in many] == [xxh3_halves(k) for k in many]
+    assert key_hash.cache_info().currsize == KEY_HASH_CACHE
+    assert key_hash(key) == first  # evicted by now, hashed again the same way
