@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
@@ -139,6 +139,11 @@ class Catalog:
         self.learner = PriorLearner(self.access)
         self.sessions = SessionIds()
         self.on_access: AccessHook | None = None
+        #: Reads counted without the store lock (``touch_later``): (row, key) in
+        #: the order they happened, applied by the next holder of the lock
+        #: (``apply_touches``, which ``Store`` runs as the lock is taken).
+        #: Appends and pops of a deque are atomic, so readers need no lock.
+        self.pending_touches: deque[tuple[int, bytes]] = deque()
         #: bytes of the objects served from the remote tier (their only copy is there)
         self.remote_bytes = 0
         self.namespaces: dict[str, int] = {}
@@ -383,6 +388,29 @@ class Catalog:
                 self.remember(row, encoded)
             if self.on_access is not None:
                 self.on_access(row, encoded)
+
+    def touch_later(self, rows: Sequence[int], encoded_keys: Sequence[bytes]) -> None:
+        """Count reads of ``rows`` once the store lock is next taken (safe
+        without the lock; see ``pending_touches``)."""
+        self.pending_touches.extend(zip(rows, encoded_keys, strict=True))
+
+    def apply_touches(self) -> None:
+        """``touch_many`` the reads ``touch_later`` queued, skipping rows that
+        no longer hold the key they were read under (deleted or replaced since:
+        that read counted for an object that is gone). Call with the store lock."""
+        pending = self.pending_touches
+        if not pending:
+            return
+        find = self.index.find
+        rows: list[int] = []
+        keys: list[bytes] = []
+        for _ in range(len(pending)):  # not those queued while this runs
+            row, key = pending.popleft()
+            if find(key) == row:
+                rows.append(row)
+                keys.append(key)
+        if rows:
+            self.touch_many(rows, keys)
 
     def touch_first(self, row: int, now: float) -> None:
         """A row's first read: mark it seen and teach the prior learner how long

@@ -52,6 +52,17 @@ class Leases:
                 raise InvariantViolation(f"lease on a freed location {key}")
             self._refs[key] = self._refs.get(key, 0) + 1
 
+    def try_acquire(self, tier: Tier, location: int) -> bool:
+        """``acquire``, or False (nothing taken) when the location was freed while
+        leased: a reader that found it without the store lock then looks again
+        under the lock."""
+        with self._lock:
+            key = (tier, location)
+            if key in self._deferred:
+                return False
+            self._refs[key] = self._refs.get(key, 0) + 1
+            return True
+
     def release(self, tier: Tier, location: int) -> None:
         key = (tier, location)
         with self._lock:

@@ -64,6 +64,14 @@ log = logging.getLogger(__name__)
 
 CHECKSUM_XXH3_64 = 1
 CHECKSUM_CRC32 = 2
+#: Most reads waiting to be counted (``Catalog.pending_touches``) before reads
+#: take the store lock again (and count them): a bound on that queue's memory
+#: when the lock is not taken for a while.
+MAX_PENDING_TOUCHES = 8192
+
+
+class _Contended(Exception):
+    """An unlocked read met a change (or a queued promotion): read under the lock."""
 
 
 @dataclass(slots=True)
@@ -826,6 +834,9 @@ class ObjectService:
         store, catalog, memory = self.store, self.catalog, self.store.memory
         encoded = [key.encode() for key in keys]
         served: dict[tuple[str, str], int] = {}
+        if self._read_resident_unlocked(keys, encoded, caller, readers, served):
+            self._count_served(served)
+            return
         found: list[tuple[int, Entry, pb.ObjectMeta, ObjectMeta | None]] = []
         with store.lock:
             entries = (
@@ -863,6 +874,65 @@ class ObjectService:
                 )
                 label = (keys[i].kind.name, entry.tier.name)
                 served[label] = served.get(label, 0) + 1
+        self._count_served(served)
+
+    def _read_resident_unlocked(
+        self,
+        keys: Sequence[ObjectKey],
+        encoded: list[bytes],
+        caller: str,
+        readers: list[ObjectRead | None],
+        served: dict[tuple[str, str], int],
+    ) -> bool:
+        """``_read_resident`` without taking the store lock (see ``StoreLock``):
+        find and lease the objects, then check that nobody took the lock
+        meanwhile. True: done (reads counted through ``touch_later``). False:
+        nothing done (the lock was or became held, a read has a queued
+        promotion, a check failed, or too many reads wait to be counted); the
+        caller reads under the lock."""
+        store, catalog, memory = self.store, self.catalog, self.store.memory
+        version = store.lock.free_version()
+        if version is None or len(catalog.pending_touches) >= MAX_PENDING_TOUCHES:
+            return False
+        promotions = self.placement.promotions
+        found: list[tuple[int, Entry, pb.ObjectMeta, ObjectMeta | None, ValueRead]] = []
+        try:
+            entries = (
+                catalog.entries(catalog.index.find_many(encoded))
+                if len(encoded) >= VECTOR_MIN_ROWS
+                else [catalog.find(e) for e in encoded]
+            )
+            for i, entry in enumerate(entries):
+                if entry is None or entry.tier not in memory:
+                    continue
+                if encoded[i] in promotions:  # claimed under the lock, as it is queued
+                    raise _Contended
+                wire = catalog.wire(encoded[i], entry)
+                meta = None
+                if caller:
+                    meta = meta_from_proto(wire)
+                    self.guard.check_access(meta, caller, write=False)
+                value = store.try_lease_memory(entry)
+                if value is None:
+                    raise _Contended
+                found.append((i, entry, wire, meta, value))
+            if not store.lock.unchanged(version):
+                raise _Contended
+        except Exception:  # a refusal, or a state changing under the read: ask again locked
+            for *_rest, value in found:
+                value.release()
+            return False
+        catalog.touch_later([f[1].row for f in found], [encoded[f[0]] for f in found])
+        for i, entry, wire, meta, value in found:
+            readers[i] = ObjectRead(
+                wire, value.view[: entry.size], value, entry.tier, entry.loc, None, _meta=meta
+            )
+            label = (keys[i].kind.name, entry.tier.name)
+            served[label] = served.get(label, 0) + 1
+        return True
+
+    def _count_served(self, served: dict[tuple[str, str], int]) -> None:
+        store = self.store
         tiers = store.tier_names()
         for (kind, tier), n in served.items():
             store.metrics.count_read(kind, tier, tiers, n)

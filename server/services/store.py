@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -24,6 +23,7 @@ from tiermem.server.model import ObjectKey, Tier
 from tiermem.server.services.damage import DamageLog
 from tiermem.server.services.guard import Guard
 from tiermem.server.services.leases import Leases
+from tiermem.server.services.storelock import StoreLock
 from tiermem.server.tiers.base import MemoryTierEngine, TierEngine
 from tiermem.server.tiers.remote import RemoteTier
 from tiermem.server.tiers.ssd import SsdEngine
@@ -72,7 +72,7 @@ class Store:
         #: called under the lock with the keys of removed objects that had a remote
         #: copy (the remote service deletes those copies in the background)
         self.on_remote_removed: Callable[[list[bytes]], None] | None = None
-        self.lock = threading.RLock()
+        self.lock = StoreLock(on_acquire=catalog.apply_touches)
         self.leases = Leases(self._free_memory)
         #: Access control and limits: every service calls ``guard.admit(namespace, role)``.
         self.guard = Guard(config.limits, catalog, metrics)
@@ -164,6 +164,21 @@ class Store:
             raise InvariantViolation(f"no memory engine for tier {entry.tier!r}")
         self.leases.acquire(entry.tier, entry.loc)
         view = engine.read(entry.loc, entry.size)
+        return ValueRead(view, lambda: self.leases.release(entry.tier, entry.loc))
+
+    def try_lease_memory(self, entry: Entry) -> ValueRead | None:
+        """``lease_memory`` for an entry found without the lock: None (nothing
+        leased) if its location was freed meanwhile. The caller checks that the
+        lock was not taken since it found the entry (``StoreLock.unchanged``)
+        and releases the lease if it was."""
+        engine = self.memory.get(entry.tier)
+        if engine is None or not self.leases.try_acquire(entry.tier, entry.loc):
+            return None
+        try:  # a small value's buffer is gone at once when it is freed
+            view = engine.read(entry.loc, entry.size)
+        except BaseException:
+            self.leases.release(entry.tier, entry.loc)
+            raise
         return ValueRead(view, lambda: self.leases.release(entry.tier, entry.loc))
 
     def read_ssd(self, encoded_key: bytes, entry: Entry) -> memoryview:
