@@ -204,6 +204,14 @@ class Guard:
         for hook in self._put_hooks if put_bytes or new_objects else ():
             hook(namespace, session, put_bytes, new_objects)
         lim = self._limits.for_namespace(namespace)
+        held = put_bytes if held_bytes is None else held_bytes
+        if not (held or put_bytes or new_objects or lim.max_concurrent_rpcs):
+            # Nothing to hold or to count against a limit (a read in a namespace
+            # without a concurrency limit; quotas never refuse one): no shared
+            # state to change, so no lock. Every request passed through this
+            # lock twice, and a holder that lost the interpreter inside its
+            # short hold kept every other request waiting.
+            return Ticket(None, namespace, counts_rpc=False)
         with self._lock:
             st = self._ns.get(namespace)
             if st is None:
@@ -214,7 +222,6 @@ class Guard:
                     f"namespace {namespace!r} already has {st.rpcs} requests in progress "
                     f"(limits max_concurrent_rpcs={lim.max_concurrent_rpcs}); retry later",
                 )
-            held = put_bytes if held_bytes is None else held_bytes
             if held:
                 self._check_bytes(namespace, st, lim.max_inflight_bytes, held)
             if lim.max_bytes or lim.max_objects:

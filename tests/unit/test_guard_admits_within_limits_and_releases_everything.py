@@ -101,3 +101,23 @@ def test_put_hooks_and_deadlines() -> None:
     finally:
         current_deadline.reset(token)
     g.check_deadline()
+
+
+def test_reads_count_against_a_namespaces_concurrency_limit_and_share_nothing_without_one() -> None:
+    g, _ = guard(namespaces={"tight": NamespaceLimits(max_concurrent_rpcs=1)})
+    first = g.admit("tight", Role.READ)
+    with pytest.raises(CapacityExceeded, match="max_concurrent_rpcs=1"):
+        g.admit("tight", Role.READ)
+    first.release()
+    g.admit("tight", Role.READ).release()
+    # no limit: a read holds nothing and changes no shared state (no lock taken)
+    reads = [g.admit("open", Role.READ) for _ in range(100)]
+    assert g._ns.keys() == set()
+    for ticket in reads:
+        ticket.release()
+    token = current_principal.set(principal_from_grants("t", ["tight"], ["read"]))
+    try:  # authorization still applies
+        with pytest.raises(PermissionDenied):
+            g.admit("open", Role.READ)
+    finally:
+        current_principal.reset(token)
