@@ -193,6 +193,13 @@ class Catalog:
         row = self.index.find(encoded_key)
         return None if row is None else self.entry(row)
 
+    def find_all(self, encoded_keys: Sequence[bytes]) -> list[Entry | None]:
+        """``find`` of many keys: the index searched for all at once when there
+        are enough of them (``VECTOR_MIN_ROWS``) for numpy to pay off."""
+        if len(encoded_keys) >= VECTOR_MIN_ROWS:
+            return self.entries(self.index.find_many(encoded_keys))
+        return [self.find(e) for e in encoded_keys]
+
     def entry(self, row: int) -> Entry:
         c = self.index.cols  # (``item`` returns a Python int, at half the cost of int())
         return Entry(

@@ -26,7 +26,7 @@ from typing import Protocol
 
 import xxhash
 
-from tiermem.server.catalog.catalog import VECTOR_MIN_ROWS, Entry
+from tiermem.server.catalog.catalog import Entry
 from tiermem.server.catalog.index import SEG_INLINE, SEG_NONE
 from tiermem.server.catalog.records import StoredRecord
 from tiermem.server.errors import (
@@ -839,11 +839,7 @@ class ObjectService:
             return
         found: list[tuple[int, Entry, pb.ObjectMeta, ObjectMeta | None]] = []
         with store.lock:
-            entries = (
-                catalog.entries(catalog.index.find_many(encoded))
-                if len(encoded) >= VECTOR_MIN_ROWS
-                else [catalog.find(e) for e in encoded]
-            )
+            entries = catalog.find_all(encoded)
             for i, entry in enumerate(entries):
                 if entry is None or entry.tier not in memory:
                     continue
@@ -897,11 +893,7 @@ class ObjectService:
         promotions = self.placement.promotions
         found: list[tuple[int, Entry, pb.ObjectMeta, ObjectMeta | None, ValueRead]] = []
         try:
-            entries = (
-                catalog.entries(catalog.index.find_many(encoded))
-                if len(encoded) >= VECTOR_MIN_ROWS
-                else [catalog.find(e) for e in encoded]
-            )
+            entries = catalog.find_all(encoded)
             for i, entry in enumerate(entries):
                 if entry is None or entry.tier not in memory:
                     continue
