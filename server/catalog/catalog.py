@@ -403,8 +403,11 @@ class Catalog:
 
     def apply_touches(self) -> None:
         """``touch_many`` the reads ``touch_later`` queued, skipping rows that
-        no longer hold the key they were read under (deleted or replaced since:
-        that read counted for an object that is gone). Call with the store lock."""
+        no longer hold the key they were read under (deleted since). They are
+        counted as of now, not as of the read: at most the time until the lock
+        is next taken later (the migrator takes it every pass). A read of a
+        key replaced (or deleted and stored again) meanwhile counts for the
+        new version. Call with the store lock."""
         pending = self.pending_touches
         if not pending:
             return
@@ -413,9 +416,14 @@ class Catalog:
         keys: list[bytes] = []
         for _ in range(len(pending)):  # not those queued while this runs
             row, key = pending.popleft()
-            if find(key) == row:
-                rows.append(row)
-                keys.append(key)
+            if find(key) != row:
+                continue
+            if row in rows:  # hot rows repeat: count each run of distinct rows at
+                # once (vectorised), in order, so every read of a row counts in turn
+                self.touch_many(rows, keys)
+                rows, keys = [], []
+            rows.append(row)
+            keys.append(key)
         if rows:
             self.touch_many(rows, keys)
 

@@ -190,9 +190,10 @@ class SharedAdmission:
 
 class ObjectGuard(Protocol):
     """Extension point: who may put, read or delete what (the session service
-    installs one to enforce isolation and per-session quotas). Both methods are
-    called with the store lock held and refuse by raising a TiermemError;
-    a refused put has stored nothing."""
+    installs one to enforce isolation and per-session quotas). ``check_put`` is
+    called with the store lock held; ``check_access`` may be called without it
+    (reads of objects in memory), so it must not take the store lock. Both
+    refuse by raising a TiermemError; a refused put has stored nothing."""
 
     def check_put(
         self, spec: PutSpec, tier: Tier, replaced: Entry | None, replaced_owner: str
@@ -899,6 +900,8 @@ class ObjectService:
                     continue
                 if encoded[i] in promotions:  # claimed under the lock, as it is queued
                     raise _Contended
+                if entry.tier is not Tier.DRAM:  # an HBM read copies to the host: not
+                    raise _Contended  # worth doing twice when a writer comes by
                 wire = catalog.wire(encoded[i], entry)
                 meta = None
                 if caller:

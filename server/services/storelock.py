@@ -51,9 +51,15 @@ class StoreLock:
                     self.on_acquire()
                 except Exception:  # the holder's own work must still run
                     log.exception("work run as the store lock was taken failed")
+                except BaseException:  # (an interrupt) never leave it held
+                    self.release()
+                    raise
         return True
 
     def release(self) -> None:
+        if not self._lock._is_owned():  # type: ignore[attr-defined]
+            # before touching the count: a stray release must not break its parity
+            raise RuntimeError("cannot release a store lock this thread does not hold")
         self._depth -= 1
         if self._depth == 0:
             self.version += 1

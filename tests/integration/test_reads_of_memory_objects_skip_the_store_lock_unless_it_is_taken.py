@@ -119,3 +119,31 @@ def test_a_read_counted_after_its_object_left_its_row_counts_for_no_other(make_d
         catalog.apply_touches()
         assert not catalog.pending_touches
         assert float(catalog.index.cols["atime"][row_b]) == atime_b
+
+
+def test_reads_queued_without_the_lock_count_as_many_as_the_same_reads_under_it(
+    make_daemon,
+) -> None:  # type: ignore[no-untyped-def]
+    daemon: Daemon = make_daemon(**QUIET)
+    catalog = daemon.store.catalog
+    with Client(daemon.address) as client:
+        for name in ("a", "b", "c"):
+            client.put(Kind.SCRATCH, name, b"v" * 100)
+    keys = {name: _key(name).encode() for name in ("a", "b", "c")}
+    with daemon.store.lock:
+        rows = {name: catalog.index.find(key) for name, key in keys.items()}
+        cols = catalog.index.cols
+        for row in rows.values():  # the same history for all three
+            cols["rate"][row], cols["atime"][row] = 0.5, cols["atime"][rows["a"]]
+            cols["flags"][row] = cols["flags"][rows["a"]]
+        for _ in range(3):  # "a": three reads counted under the lock, one by one
+            catalog.touch(rows["a"], keys["a"])
+        # "b": the same three reads queued by unlocked readers, between reads of "c"
+        catalog.touch_later(
+            [rows["b"], rows["c"], rows["b"], rows["b"]],
+            [keys["b"], keys["c"], keys["b"], keys["b"]],
+        )
+        catalog.apply_touches()
+        rate = {name: float(cols["rate"][row]) for name, row in rows.items()}
+    assert rate["b"] == pytest.approx(rate["a"], rel=1e-3)
+    assert rate["b"] > rate["c"] > 0.5 * 0.99  # three reads count more than one
