@@ -414,14 +414,17 @@ class Catalog:
         find = self.index.find
         rows: list[int] = []
         keys: list[bytes] = []
+        seen: set[int] = set()  # rows of the current run (a list's `in` is quadratic)
         for _ in range(len(pending)):  # not those queued while this runs
             row, key = pending.popleft()
             if find(key) != row:
                 continue
-            if row in rows:  # hot rows repeat: count each run of distinct rows at
+            if row in seen:  # hot rows repeat: count each run of distinct rows at
                 # once (vectorised), in order, so every read of a row counts in turn
                 self.touch_many(rows, keys)
                 rows, keys = [], []
+                seen.clear()
+            seen.add(row)
             rows.append(row)
             keys.append(key)
         if rows:

@@ -163,8 +163,7 @@ class Store:
         if engine is None:
             raise InvariantViolation(f"no memory engine for tier {entry.tier!r}")
         self.leases.acquire(entry.tier, entry.loc)
-        view = engine.read(entry.loc, entry.size)
-        return ValueRead(view, lambda: self.leases.release(entry.tier, entry.loc))
+        return self._leased_view(engine, entry)
 
     def try_lease_memory(self, entry: Entry) -> ValueRead | None:
         """``lease_memory`` for an entry found without the lock: None (nothing
@@ -174,7 +173,12 @@ class Store:
         engine = self.memory.get(entry.tier)
         if engine is None or not self.leases.try_acquire(entry.tier, entry.loc):
             return None
-        try:  # a small value's buffer is gone at once when it is freed
+        return self._leased_view(engine, entry)
+
+    def _leased_view(self, engine: MemoryTierEngine, entry: Entry) -> ValueRead:
+        """The view of a copy just leased; the lease is given back if it cannot
+        be read (a small value's buffer is gone at once when it is freed)."""
+        try:
             view = engine.read(entry.loc, entry.size)
         except BaseException:
             self.leases.release(entry.tier, entry.loc)
