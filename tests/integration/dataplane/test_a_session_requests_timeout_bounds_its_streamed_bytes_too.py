@@ -18,6 +18,7 @@ import pytest
 from tiermem.client import DeadlineError
 from tiermem.client.fastpath.session import Session
 from tiermem.dataplane_wire import REQUEST, frame
+from tiermem.socket_timeouts import use_kernel_timeouts
 from tiermem.v1 import common_pb2, dataplane_pb2
 
 TIMEOUT_S = 0.4
@@ -38,7 +39,7 @@ def read_request(peer: socket.socket) -> bytes:
 @pytest.fixture
 def pair() -> Iterator[tuple[Session, socket.socket]]:
     mine, peer = socket.socketpair()
-    mine.settimeout(30.0)
+    use_kernel_timeouts(mine, 30.0, 30.0)  # as the session pool sets up its connections
     with mine, peer:
         yield Session(mine, reused=False, io_timeout_s=30.0), peer
 
