@@ -65,11 +65,6 @@ class StaleSession(BulkBroken):
     (it expired idle): nothing happened; retry on a new session."""
 
 
-#: Most bytes one send of a request with a deadline hands the kernel before
-#: the time left is taken again (``Session._sendall``).
-DEADLINE_SEND_BYTES = 1 << 20
-
-
 class Session:
     """One open session (a connection). Not thread-safe: one request at a time.
 
@@ -190,48 +185,21 @@ class Session:
         )
 
     def _sendall(self, data: bytes | memoryview) -> None:
-        """``sendall`` bounded by the request's deadline too: sends of at most
-        ``DEADLINE_SEND_BYTES``, each waiting at most the time left, taken again
-        before each. A daemon that keeps reading a trickle (so no single wait
-        times out) cannot stretch the whole past the deadline by more than one
-        such send (TCP's kernel timeout counts the waits of one send together;
-        a Unix socket's restarts with every buffer it gets)."""
+        """``sendall`` bounded by the request's deadline too (each of its sends
+        waits at most the time left)."""
         if self._deadline is None:
-            try:
-                self.sock.sendall(data)
-            except BlockingIOError:  # the kernel's send timeout
-                raise timed_out("sending to the daemon") from None
+            self.sock.sendall(data)
             return
-        view = memoryview(data).cast("B")
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed before sending")
+        set_send_timeout(self.sock, min(self.io_timeout_s, left))
         try:
-            while view.nbytes:
-                left = self._deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError("deadline passed while sending")
-                set_send_timeout(self.sock, min(self.io_timeout_s, left))
-                try:
-                    sent = self.sock.send(view[:DEADLINE_SEND_BYTES])
-                except BlockingIOError:  # the kernel's send timeout
-                    raise timed_out("sending to the daemon") from None
-                view = view[sent:]
-        finally:
-            set_send_timeout(self.sock, self.io_timeout_s)
-
-    def _send_parts(self, parts: Sequence[bytes | memoryview]) -> None:
-        """``send_parts`` (one gathered send) waiting at most the time left before
-        the request's deadline (small pipelined puts: one or two sends)."""
-        if self._deadline is not None:
-            left = self._deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("deadline passed before sending")
-            set_send_timeout(self.sock, min(self.io_timeout_s, left))
-        try:
-            send_parts(self.sock, parts)
+            self.sock.sendall(data)
         except BlockingIOError:  # the kernel's send timeout
             raise timed_out("sending to the daemon") from None
         finally:
-            if self._deadline is not None:
-                set_send_timeout(self.sock, self.io_timeout_s)
+            set_send_timeout(self.sock, self.io_timeout_s)
 
     def drain(self) -> None:
         """Read and drop the replies owed to earlier ``send_only`` requests."""
@@ -310,7 +278,7 @@ class Session:
             head = request(
                 OP_PUT, request_msg.SerializeToString(), FLAG_ACCEPT_WITH_RESULT, timeout_s
             )
-            self._send_parts([head, *views])
+            send_parts(self.sock, [head, *views])
             first = self._first_answer()
             if first.code != "OK":
                 self.in_step = True  # the daemon read and dropped the bytes

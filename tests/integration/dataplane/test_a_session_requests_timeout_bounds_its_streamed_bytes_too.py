@@ -110,45 +110,6 @@ def test_a_put_whose_bytes_are_not_read_stops_at_the_timeout(
     assert not session.in_step
 
 
-def test_a_put_whose_bytes_are_read_a_trickle_at_a_time_stops_at_the_timeout(
-    pair: tuple[Session, socket.socket],
-) -> None:
-    """Each send waits at most the time left: a daemon that keeps taking a
-    little (so no single send times out) cannot stretch the put's deadline."""
-    session, peer = pair
-    stop = threading.Event()
-
-    def daemon() -> None:
-        read_request(peer)
-        peer.sendall(ok())
-        while not stop.is_set():
-            peer.recv(64 << 10)
-            time.sleep(0.02)
-
-    thread = serve(daemon)
-    try:
-        session.begin_put(put_request(), timeout_s=TIMEOUT_S)
-        big = memoryview(bytearray(64 << 20))  # 10 s at this rate
-        started = time.monotonic()
-        raises_deadline_in_time(lambda: session.send([big]))
-        assert time.monotonic() - started >= TIMEOUT_S * 0.5
-        assert not session.in_step
-    finally:
-        stop.set()
-        thread.join()
-
-
-def test_a_pipelined_put_whose_bytes_are_not_read_stops_at_the_timeout(
-    pair: tuple[Session, socket.socket],
-) -> None:
-    session, peer = pair
-    peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
-    session.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
-    value = memoryview(bytearray(16 << 20))  # more than both buffers hold; nobody reads
-    raises_deadline_in_time(lambda: session.put(put_request(), [value], lambda e: e, TIMEOUT_S))
-    assert not session.in_step
-
-
 def test_a_pipelined_put_without_its_final_status_stops_at_the_timeout(
     pair: tuple[Session, socket.socket],
 ) -> None:
