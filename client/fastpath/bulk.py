@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable, Sequence
 
 from tiermem.client.errors import error_for
 from tiermem.dataplane_wire import LENGTH, MAX_STATUS_BYTES, preamble
-from tiermem.socket_timeouts import timed_out, use_kernel_timeouts
 from tiermem.v1 import dataplane_pb2
 
 #: Pooled connections idle longer than this are dropped (the daemon closes its
@@ -46,7 +45,6 @@ class IdleSockets:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._buffer)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._buffer)
-        use_kernel_timeouts(sock, self._timeout, self._timeout)
         return sock
 
     def take(self, address: str) -> socket.socket | None:
@@ -197,16 +195,13 @@ class BulkPool:
 
 
 def recv_exact(sock: socket.socket, view: memoryview) -> None:
-    """Fill ``view`` from ``sock``; each wait is bounded by the socket's (kernel)
-    timeout. (A bulk session's reads, which a call's deadline also bounds, go
-    through ``Session``'s read-ahead instead.)"""
+    """Fill ``view`` from ``sock``; each wait is bounded by the socket's timeout.
+    (A bulk session's reads, which a call's deadline also bounds, go through
+    ``Session``'s read-ahead instead.)"""
     size = len(view)
     got = 0
     while got < size:
-        try:
-            n = sock.recv_into(view[got:] if got else view, size - got)
-        except BlockingIOError:  # the kernel's receive timeout
-            raise timed_out(f"waiting for {size - got} of {size} bytes") from None
+        n = sock.recv_into(view[got:] if got else view, size - got)
         if n == 0:
             raise BulkBroken(f"connection closed after {got} of {size} bytes")
         got += n

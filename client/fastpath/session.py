@@ -10,6 +10,7 @@ data plane goes back to tickets negotiated over gRPC.
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 import time
@@ -35,7 +36,6 @@ from tiermem.dataplane_wire import (
     request,
     send_parts,
 )
-from tiermem.socket_timeouts import set_recv_timeout, set_send_timeout, timed_out
 from tiermem.v1 import dataplane_pb2
 
 M = TypeVar("M", bound=Message)
@@ -110,15 +110,13 @@ class Session:
             if left <= 0:
                 raise TimeoutError("deadline passed while receiving")
             if left < self.io_timeout_s:  # else the socket's own timeout is the bound
-                set_recv_timeout(self.sock, left)
+                self.sock.settimeout(left)
                 shortened = True
         try:
             n = self.sock.recv_into(view)
-        except BlockingIOError:  # the kernel's receive timeout (``socket_timeouts``)
-            raise timed_out("waiting for the daemon's reply") from None
         finally:
             if shortened:
-                set_recv_timeout(self.sock, self.io_timeout_s)
+                self.sock.settimeout(self.io_timeout_s)
         if n == 0:
             raise BulkBroken("connection closed mid-reply")
         return n
@@ -185,21 +183,19 @@ class Session:
         )
 
     def _sendall(self, data: bytes | memoryview) -> None:
-        """``sendall`` bounded by the request's deadline too (each of its sends
-        waits at most the time left)."""
+        """``sendall`` bounded by the request's deadline too (a socket timeout
+        bounds a whole ``sendall``)."""
         if self._deadline is None:
             self.sock.sendall(data)
             return
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("deadline passed before sending")
-        set_send_timeout(self.sock, min(self.io_timeout_s, left))
+        self.sock.settimeout(min(self.io_timeout_s, left))
         try:
             self.sock.sendall(data)
-        except BlockingIOError:  # the kernel's send timeout
-            raise timed_out("sending to the daemon") from None
         finally:
-            set_send_timeout(self.sock, self.io_timeout_s)
+            self.sock.settimeout(self.io_timeout_s)
 
     def drain(self) -> None:
         """Read and drop the replies owed to earlier ``send_only`` requests."""
@@ -436,10 +432,11 @@ def _peer_closed(sock: socket.socket) -> bool:
     """Whether the daemon has closed this idle connection (checked before a
     pooled session is used, so a request is never sent into a closed one and
     then retried without knowing whether it ran)."""
-    try:
-        # one call, without waiting: b"" is EOF, a byte is stray data
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    if not poller.poll(0):
         return False  # nothing to read: open and idle
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""  # readable: EOF or stray bytes
     except OSError:
         return True

@@ -84,7 +84,6 @@ from tiermem.server.model import validate_session
 from tiermem.server.protoconv import key_from_proto
 from tiermem.server.services.guard import Guard, Principal, current_deadline, current_principal
 from tiermem.server.services.objects import ObjectService
-from tiermem.socket_timeouts import set_recv_timeout
 from tiermem.v1 import dataplane_pb2, object_pb2
 
 log = logging.getLogger(__name__)
@@ -239,7 +238,7 @@ class BulkSessions:
         conn.sendall(status("OK", ""))
         self._metrics.bulk_sessions.inc()
         while True:
-            set_recv_timeout(conn, self._bulk.idle_timeout_s)
+            conn.settimeout(self._bulk.idle_timeout_s)
             with self._lock:
                 if self._draining:
                     return False
@@ -251,7 +250,7 @@ class BulkSessions:
             finally:
                 with self._lock:
                     self._waiting.discard(conn)
-            set_recv_timeout(conn, self._bulk.io_timeout_s)
+            conn.settimeout(self._bulk.io_timeout_s)
             op, flags, timeout_cs, length = REQUEST.unpack(head)
             unary = self.unary.get(op)
             if (op not in (OP_PUT, OP_GET) and unary is None) or length > MAX_REQUEST_BYTES:

@@ -29,7 +29,6 @@ from tiermem.server.dataplane.identity import normal_host, principal_of
 from tiermem.server.dataplane.transfers import BulkTransfers, Ticket, TransferBroken
 from tiermem.server.errors import TiermemError
 from tiermem.server.metrics import Metrics
-from tiermem.socket_timeouts import set_recv_timeout, timed_out, use_kernel_timeouts
 from tiermem.v1 import common_pb2, dataplane_pb2
 
 log = logging.getLogger(__name__)
@@ -131,7 +130,6 @@ class BulkServer:
             conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, int(cfg.socket_buffer_bytes))
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(cfg.socket_buffer_bytes))
-            use_kernel_timeouts(conn, cfg.io_timeout_s, cfg.io_timeout_s)
             while not self._stopping.is_set():
                 if not self._one_transfer(conn, host):
                     return
@@ -150,9 +148,9 @@ class BulkServer:
     def _one_transfer(self, conn: socket.socket, host: str) -> bool:
         """Serve one transfer; False when the connection must be closed."""
         cfg = self._config
-        set_recv_timeout(conn, cfg.idle_timeout_s)
+        conn.settimeout(cfg.idle_timeout_s)
         head = recv_exact(conn, PREAMBLE.size, between_transfers=True)
-        set_recv_timeout(conn, cfg.io_timeout_s)
+        conn.settimeout(cfg.io_timeout_s)
         magic, version, cred_len, ticket_id = PREAMBLE.unpack(head)
         if magic != MAGIC or version != VERSION or cred_len > MAX_CREDENTIAL_BYTES:
             conn.sendall(
@@ -238,10 +236,7 @@ def recv_exact(conn: socket.socket, n: int, between_transfers: bool = False) -> 
     view = memoryview(buf)
     got = 0
     while got < n:
-        try:
-            k = conn.recv_into(view[got:], n - got)
-        except BlockingIOError:  # the kernel's receive timeout (``socket_timeouts``)
-            raise timed_out(f"waiting for {n - got} of {n} bytes from a bulk client") from None
+        k = conn.recv_into(view[got:], n - got)
         if k == 0:
             if between_transfers and got == 0:
                 raise Closed()

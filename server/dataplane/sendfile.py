@@ -80,8 +80,7 @@ def send_values(
 
 def send_span(conn: socket.socket, span: FileSpan) -> None:
     """Send a file span on ``conn``, waiting at most the socket's timeout each
-    time its send buffer is full (as ``sendall`` does): its Python timeout, or
-    on a blocking socket the kernel's (``tiermem.socket_timeouts``)."""
+    time its send buffer is full (as ``sendall`` does)."""
     out = conn.fileno()
     timeout = conn.gettimeout()
     offset, left = span.offset, span.nbytes
@@ -89,10 +88,7 @@ def send_span(conn: socket.socket, span: FileSpan) -> None:
     while left:
         try:
             sent = os.sendfile(out, span.fd, offset, left)
-        except BlockingIOError:
-            if timeout is None:  # blocking: the kernel's send timeout passed
-                raise TimeoutError("timed out sending a value to the bulk client") from None
-            # a socket with a Python timeout is non-blocking underneath
+        except BlockingIOError:  # a socket with a timeout is non-blocking underneath
             if poller is None:
                 poller = select.poll()
                 poller.register(out, select.POLLOUT)

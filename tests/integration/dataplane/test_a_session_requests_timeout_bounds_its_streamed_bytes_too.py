@@ -18,7 +18,6 @@ import pytest
 from tiermem.client import DeadlineError
 from tiermem.client.fastpath.session import Session
 from tiermem.dataplane_wire import REQUEST, frame
-from tiermem.socket_timeouts import use_kernel_timeouts
 from tiermem.v1 import common_pb2, dataplane_pb2
 
 TIMEOUT_S = 0.4
@@ -39,7 +38,7 @@ def read_request(peer: socket.socket) -> bytes:
 @pytest.fixture
 def pair() -> Iterator[tuple[Session, socket.socket]]:
     mine, peer = socket.socketpair()
-    use_kernel_timeouts(mine, 30.0, 30.0)  # as the session pool sets up its connections
+    mine.settimeout(30.0)
     with mine, peer:
         yield Session(mine, reused=False, io_timeout_s=30.0), peer
 
