@@ -60,7 +60,7 @@ import hashlib
 import math
 import socket
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -163,20 +163,31 @@ def timeout_cs(timeout_s: float | None) -> int:
 SENDMSG_MAX_PARTS = 512
 
 
-def send_parts(channel: Any, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+def send_parts(
+    channel: Any,
+    parts: Sequence[bytes | bytearray | memoryview],
+    before_send: Callable[[], None] | None = None,
+) -> None:
     """Write ``parts`` back to back, gathered by ``sendmsg`` where the channel has
     it: a request or reply and the values after it leave in one system call, so
     the peer is woken once rather than once per part (on a busy host each
-    wake-up can cost a scheduling delay). Otherwise ``sendall`` each part."""
+    wake-up can cost a scheduling delay). Otherwise ``sendall`` each part.
+    ``before_send`` runs before each system-call-level send (a caller bounding
+    the whole write by a deadline sets the socket's timeout to the time left
+    there: a socket timeout bounds one ``sendmsg``, not the loop)."""
     sendmsg = getattr(channel, "sendmsg", None)
     if sendmsg is None:
         for part in parts:
             if len(part):
+                if before_send is not None:
+                    before_send()
                 channel.sendall(part)
         return
     pending = [view for view in (memoryview(p).cast("B") for p in parts) if view.nbytes]
     first = 0
     while first < len(pending):
+        if before_send is not None:
+            before_send()
         sent = sendmsg(pending[first : first + SENDMSG_MAX_PARTS])
         while sent:  # a partial send: skip the parts that left, resume mid-part
             size = pending[first].nbytes

@@ -188,14 +188,31 @@ class Session:
         if self._deadline is None:
             self.sock.sendall(data)
             return
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("deadline passed before sending")
-        self.sock.settimeout(min(self.io_timeout_s, left))
+        self._wait_at_most_the_time_left()
         try:
             self.sock.sendall(data)
         finally:
             self.sock.settimeout(self.io_timeout_s)
+
+    def _send_parts(self, parts: Sequence[bytes | memoryview]) -> None:
+        """``send_parts`` bounded by the request's deadline too: each of its
+        sends waits at most the time left, so a daemon that stops reading (or
+        reads a trickle) cannot hold the put past its timeout."""
+        if self._deadline is None:
+            send_parts(self.sock, parts)
+            return
+        try:
+            send_parts(self.sock, parts, self._wait_at_most_the_time_left)
+        finally:
+            self.sock.settimeout(self.io_timeout_s)
+
+    def _wait_at_most_the_time_left(self) -> None:
+        """Bound the socket's next wait by the request's deadline (set)."""
+        assert self._deadline is not None
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline passed before sending")
+        self.sock.settimeout(min(self.io_timeout_s, left))
 
     def drain(self) -> None:
         """Read and drop the replies owed to earlier ``send_only`` requests."""
@@ -274,7 +291,7 @@ class Session:
             head = request(
                 OP_PUT, request_msg.SerializeToString(), FLAG_ACCEPT_WITH_RESULT, timeout_s
             )
-            send_parts(self.sock, [head, *views])
+            self._send_parts([head, *views])
             first = self._first_answer()
             if first.code != "OK":
                 self.in_step = True  # the daemon read and dropped the bytes

@@ -109,6 +109,47 @@ def test_a_put_whose_bytes_are_not_read_stops_at_the_timeout(
     assert not session.in_step
 
 
+def test_a_pipelined_put_whose_bytes_are_not_read_stops_at_the_timeout(
+    pair: tuple[Session, socket.socket],
+) -> None:
+    """A small put sends its bytes with the request (one gathered send): that
+    send, too, waits at most the time left, not the 30 s I/O timeout."""
+    session, peer = pair
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+    session.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+    value = memoryview(bytearray(16 << 20))  # more than both buffers hold; nobody reads
+    raises_deadline_in_time(lambda: session.put(put_request(), [value], lambda e: e, TIMEOUT_S))
+    assert not session.in_step
+    assert session.sock.gettimeout() == 30.0  # the I/O timeout is back for the next request
+
+
+def test_a_pipelined_put_whose_bytes_are_read_a_trickle_at_a_time_stops_at_the_timeout(
+    pair: tuple[Session, socket.socket],
+) -> None:
+    """Each of the gathered send's system calls waits at most the time left:
+    a daemon that keeps taking a little cannot stretch the put's deadline."""
+    session, peer = pair
+    peer.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+    session.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 64 << 10)
+    stop = threading.Event()
+
+    def daemon() -> None:
+        while not stop.is_set():
+            peer.recv(16 << 10)
+            time.sleep(0.02)
+
+    thread = serve(daemon)
+    try:
+        value = memoryview(bytearray(32 << 20))  # tens of seconds at this rate
+        started = time.monotonic()
+        raises_deadline_in_time(lambda: session.put(put_request(), [value], lambda e: e, TIMEOUT_S))
+        assert time.monotonic() - started >= TIMEOUT_S * 0.5
+        assert not session.in_step
+    finally:
+        stop.set()
+        thread.join()
+
+
 def test_a_pipelined_put_without_its_final_status_stops_at_the_timeout(
     pair: tuple[Session, socket.socket],
 ) -> None:
