@@ -27,6 +27,7 @@ from rocksdict import (
 )
 
 from tiermem.server.errors import CapacityExceeded, Corrupted, Unavailable
+from tiermem.server.storage.group_sync import GroupSync
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +141,7 @@ class RocksStore:
         self._closed = False
         self._read_only = read_only
         self._lock = threading.Lock()
+        self._group_sync = GroupSync()
 
     @property
     def path(self) -> Path:
@@ -245,7 +247,11 @@ class RocksStore:
         return iter(self._cfs[cf].values(read_opt=read))
 
     def flush(self) -> None:
-        """Sync the WAL: every batch written so far survives power loss (group commit)."""
+        """Sync the WAL: every batch written so far survives power loss. Group
+        commit: threads syncing at once share one ``flush_wal`` (``GroupSync``)."""
+        self._group_sync.sync(self._sync_wal)
+
+    def _sync_wal(self) -> None:
         try:
             self._db.flush_wal(True)
         except Exception as exc:

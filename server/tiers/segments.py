@@ -29,11 +29,13 @@ import re
 import struct
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from tiermem.server.errors import CapacityExceeded, InvariantViolation
 from tiermem.server.faults import NO_FAULTS, Faults
+from tiermem.server.storage.group_sync import GroupSync
 
 ALIGN = 4096
 MAGIC = b"TMS1"
@@ -66,6 +68,8 @@ class Segment:
     #: segment's directory is synced after the store's lock is let go; two
     #: threads may both sync it, which is harmless)
     named: bool = False
+    #: durable writers syncing this file at once share one fdatasync
+    group_sync: GroupSync = field(default_factory=GroupSync)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +223,7 @@ class SegmentStore:
             self.faults.point("segment.mid_write")
             _pwrite_all(seg.fd, data, offset + len(header))
             if sync:
-                os.fdatasync(seg.fd)
+                seg.group_sync.sync(partial(os.fdatasync, seg.fd))
                 self._name_durably(seg)  # a writer that rolled it may not have yet
         except OSError as exc:
             self.release(seg.id, len(key), size)
