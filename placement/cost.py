@@ -111,6 +111,11 @@ class CostModel:
     _miss_lat: FloatArray = field(init=False, repr=False, compare=False)
     _miss_pb: FloatArray = field(init=False, repr=False, compare=False)
     _allowed: npt.NDArray[np.bool_] = field(init=False, repr=False, compare=False)
+    #: The same tables as plain Python floats and bools, for the per-object
+    #: (``*_one``) methods a put's admission calls a dozen times: indexing a
+    #: numpy array and doing arithmetic on its scalars costs several times more.
+    _py: tuple[list[float], ...] = field(init=False, repr=False, compare=False)
+    _allowed_py: list[list[bool]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         lat = np.zeros(5)
@@ -132,6 +137,9 @@ class CostModel:
             ("_miss_lat", mlat), ("_miss_pb", mpb), ("_allowed", allowed),
         ):  # fmt: skip
             object.__setattr__(self, name, value)
+        py = tuple([float(x) for x in a] for a in (lat, bw, reads, frac, mlat, mpb))
+        object.__setattr__(self, "_py", py)
+        object.__setattr__(self, "_allowed_py", [[bool(x) for x in row] for row in allowed])
 
     # -- access cost ----------------------------------------------------------------
     def access_cost(self, size: Any, kind: Any, tier: int) -> FloatArray:
@@ -146,16 +154,18 @@ class CostModel:
         )
 
     def access_cost_one(self, size: int, kind: int, tier: int) -> float:
+        """``access_cost`` of one object."""
+        lat, bw, reads, frac, miss_lat, miss_pb = self._py
         if tier == DROP:
-            return float(self._miss_lat[kind] + self._miss_pb[kind] * size)
-        return float(self._reads[kind] * self._lat[tier] + self._frac[kind] * size / self._bw[tier])
+            return miss_lat[kind] + miss_pb[kind] * size
+        return reads[kind] * lat[tier] + frac[kind] * size / bw[tier]
 
     def allowed(self, kind: Any, tier: int) -> npt.NDArray[np.bool_]:
         """Whether each kind may live on ``tier``."""
         return np.asarray(self._allowed[np.asarray(kind, dtype=np.intp), tier], dtype=bool)
 
     def allowed_one(self, kind: int, tier: int) -> bool:
-        return bool(self._allowed[kind, tier])
+        return self._allowed_py[kind][tier]
 
     # -- moves ----------------------------------------------------------------------
     def write_cost(self, size: Any, tier: int) -> FloatArray:
@@ -164,6 +174,13 @@ class CostModel:
         if tier == DROP:
             return np.zeros_like(s)
         return np.asarray(self._lat[tier] + s / self._bw[tier], dtype=np.float64)
+
+    def write_cost_one(self, size: int, tier: int) -> float:
+        """``write_cost`` of one object, in plain floats (see ``_py``)."""
+        if tier == DROP:
+            return 0.0
+        lat, bw = self._py[0], self._py[1]
+        return lat[tier] + size / bw[tier]
 
     def migration_cost(self, size: Any, src: Any, dst: int, persisted: Any) -> FloatArray:
         """Seconds of copying to move objects from ``src`` tiers to ``dst``: read

@@ -347,7 +347,7 @@ class Planner:
         c_drop = cost.access_cost_one(size, kind, DROP)
         if ssd_ok:
             c_ssd = cost.access_cost_one(size, kind, SSD)
-            write = float(cost.write_cost(size, SSD))
+            write = cost.write_cost_one(size, SSD)
             if rate * (c_drop - c_ssd) * self.config.keep_horizon_s > write:
                 return SSD, c_ssd
         if REMOTE in tiers and tiers[REMOTE].enabled and cost.allowed_one(kind, REMOTE):
@@ -355,7 +355,7 @@ class Planner:
             gain = rate * (c_drop - c_remote) * self.config.horizon_s
             if c_remote < c_drop and (
                 self.config.remote_policy == "instead_of_drop"
-                or gain > float(cost.write_cost(size, REMOTE))
+                or gain > cost.write_cost_one(size, REMOTE)
             ):
                 return REMOTE, c_remote
         return DROP, c_drop
@@ -444,8 +444,8 @@ class Planner:
             # a DURABLE object is written to SSD anyway: a memory copy is extra and
             # must pay its write back within the horizon; so must a droppable
             # CACHE object's (not storing it at all costs nothing)
-            if (durable or droppable) and saved_per_s * self.config.horizon_s < float(
-                cost.write_cost(size, t)
+            if (durable or droppable) and saved_per_s * self.config.horizon_s < (
+                cost.write_cost_one(size, t)
             ):
                 continue
             if density >= self.thresholds.get(t, 0.0):

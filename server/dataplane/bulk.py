@@ -225,10 +225,15 @@ def status(
     code: str, message: str, metas: list[common_pb2.ObjectMeta] | None = None, request_id: str = ""
 ) -> bytes:
     """A framed TransferStatus; ``metas``: the committed objects of a put."""
+    if code == "OK" and not message and not metas and not request_id:
+        return _PLAIN_OK  # most replies: built once
     msg = dataplane_pb2.TransferStatus(code=code, message=message, request_id=request_id)
     if metas:
         msg.metas.extend(metas)
     return frame(msg.SerializeToString())
+
+
+_PLAIN_OK = frame(dataplane_pb2.TransferStatus(code="OK").SerializeToString())
 
 
 def recv_exact(conn: socket.socket, n: int, between_transfers: bool = False) -> bytes:
