@@ -26,13 +26,17 @@ its own run at once. Measured on the 2-core machine on 2026-12-02:
   against 28.2/22.8/32.2/23.3/16.7 ms before. The daemon's mix is the case
   that counts, so 1 it is.
 
-A failed sync tells no one it succeeded: its caller raises, and the callers
-that waited for it run one of their own (each raises its own error if that
-fails too).
+A failed sync tells no one it succeeded, and nobody it might have covered:
+its caller raises, and so does every caller that was waiting, or syncing
+itself, while it failed. Retrying for them would not be safe: after a failed
+``fdatasync`` Linux may mark the pages it could not write clean and report
+the error once, so a sync of their own could succeed without their bytes on
+disk. A caller that arrives after the failure runs a new sync.
 """
 
 from __future__ import annotations
 
+import errno
 import threading
 from collections.abc import Callable
 
@@ -46,31 +50,57 @@ class GroupSync:
         self._started = 0  # syncs begun so far (the generation of the latest)
         self._best = 0  # highest generation of a sync that succeeded
         self._running = 0
+        self._failures = 0  # runs that failed so far
         #: syncs actually run (the rest were covered by another caller's)
         self.runs = 0
 
     def sync(self, fn: Callable[[], None]) -> None:
         """Return once a run of ``fn`` that started after this call succeeded
-        (running it here if no other caller is about to)."""
-        with self._cond:
-            arrived = self._started  # any sync begun so far began before us
-            while self._best <= arrived:
-                if self._running < self._concurrency:
-                    self._running += 1
-                    self._started += 1
-                    generation = self._started
-                    self.runs += 1
-                    break
-                self._cond.wait()
-            else:
-                return  # covered by a sync that began after we arrived
+        (running it here if no other caller is about to). Raises ``fn``'s error
+        if this caller's run fails, and ``SyncFailed`` if another run failed
+        while this caller waited or synced."""
+        leader = False
         ok = False
         try:
+            with self._cond:
+                arrived = self._started  # any sync begun so far began before us
+                failures = self._failures
+                while self._best <= arrived and self._failures == failures:
+                    if self._running < self._concurrency:
+                        self._started += 1
+                        generation = self._started
+                        self._running += 1
+                        leader = True
+                        self.runs += 1
+                        break
+                    self._cond.wait()
+                if not leader:
+                    self._check(failures)
+                    return  # covered by a sync that began after we arrived
             fn()
             ok = True
         finally:
-            with self._cond:
-                self._running -= 1
-                if ok and generation > self._best:
-                    self._best = generation
-                self._cond.notify_all()
+            if leader:
+                with self._cond:
+                    self._running -= 1
+                    if ok:
+                        self._best = max(self._best, generation)
+                    else:
+                        self._failures += 1
+                    self._cond.notify_all()
+        with self._cond:
+            self._check(failures)
+
+    def _check(self, failures: int) -> None:
+        """Raise SyncFailed if a run failed since the caller saw ``failures``."""
+        if self._failures != failures:
+            raise SyncFailed(
+                errno.EIO,
+                "a sync of this file failed while this write waited to be synced; "
+                "it may not be on stable storage",
+            )
+
+
+class SyncFailed(OSError):
+    """Another caller's sync of the same file failed while this caller's write
+    waited for one (see ``GroupSync``)."""

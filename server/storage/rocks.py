@@ -27,7 +27,7 @@ from rocksdict import (
 )
 
 from tiermem.server.errors import CapacityExceeded, Corrupted, Unavailable
-from tiermem.server.storage.group_sync import GroupSync
+from tiermem.server.storage.group_sync import GroupSync, SyncFailed
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +249,10 @@ class RocksStore:
     def flush(self) -> None:
         """Sync the WAL: every batch written so far survives power loss. Group
         commit: threads syncing at once share one ``flush_wal`` (``GroupSync``)."""
-        self._group_sync.sync(self._sync_wal)
+        try:
+            self._group_sync.sync(self._sync_wal)
+        except SyncFailed as exc:  # another writer's sync failed while this one waited
+            raise _storage_error("sync", exc) from None
 
     def _sync_wal(self) -> None:
         try:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tiermem.server.storage.group_sync import GroupSync
+from tiermem.server.storage.group_sync import GroupSync, SyncFailed
 from tiermem.server.storage.rocks import RocksStore
 from tiermem.server.tiers.segments import SegmentStore
 
@@ -137,16 +137,49 @@ def test_one_caller_alone_runs_the_sync_every_time() -> None:
 
 
 @pytest.mark.parametrize("concurrency", [1, 2])
-def test_a_failed_run_acknowledges_no_one(concurrency: int) -> None:
+def test_a_failed_run_acknowledges_no_one_who_waited_during_it(concurrency: int) -> None:
+    """Everyone waiting (or syncing) while a run failed is told so: after a
+    failed fdatasync the kernel may have marked their pages clean, so a run of
+    their own could succeed without their bytes."""
     clock = Clock()
-    fn = RecordedSync(clock, seconds=0.02, fail=frozenset({0, 1}))
+    fn = RecordedSync(clock, seconds=0.05, fail=frozenset({0}))
     group = GroupSync(concurrency)
     calls = callers(group, fn, clock, 8)
-    assert sum(raised for _, _, raised in calls) >= 2  # each failed run's leader
+    assert fn.runs[0][2] is False
+    failed_end = fn.runs[0][1]
     for arrived, returned, raised in calls:
-        if not raised:  # told it is durable: a successful run began after it came
+        if arrived < failed_end < returned:  # still there when the run failed
+            assert raised, (arrived, returned, fn.runs)
+        elif not raised:  # done before the failure, or came after it
             assert covered(arrived, returned, fn.runs), (arrived, returned, fn.runs)
-    assert any(ok for _, _, ok in fn.runs)  # the waiters ran their own after the failures
+    assert sum(raised for _, _, raised in calls) >= 2  # the failed run's caller and a waiter
+    arrived = clock.tick()
+    group.sync(fn)  # one who comes after the failure syncs anew
+    assert covered(arrived, clock.tick(), fn.runs)
+
+
+def test_a_waiter_is_told_of_a_failure_as_the_error_it_expects() -> None:
+    """A waiter gets ``SyncFailed`` (an OSError), not the leader's exception."""
+    clock = Clock()
+    fn = RecordedSync(clock, seconds=0.1, fail=frozenset({0}))
+    group = GroupSync(1)
+    errors: list[BaseException] = []
+
+    def lead() -> None:
+        try:
+            group.sync(fn)
+        except OSError as exc:
+            errors.append(exc)
+
+    leader = threading.Thread(target=lead)
+    leader.start()
+    while not fn.runs:
+        time.sleep(0.001)
+    with pytest.raises(SyncFailed, match="failed while this write waited"):
+        group.sync(fn)
+    leader.join()
+    assert len(fn.runs) == 1
+    assert [str(e) for e in errors] == ["sync 0 failed"]  # the leader gets fn's own error
 
 
 def test_a_failed_run_lets_the_next_caller_sync() -> None:
