@@ -51,8 +51,11 @@ class GroupSync:
         self._best = 0  # highest generation of a sync that succeeded
         self._running = 0
         self._failures = 0  # runs that failed so far
-        #: syncs actually run (the rest were covered by another caller's)
-        self.runs = 0
+
+    @property
+    def runs(self) -> int:
+        """Syncs actually run (the rest were covered by another caller's)."""
+        return self._started
 
     def sync(self, fn: Callable[[], None]) -> None:
         """Return once a run of ``fn`` that started after this call succeeded
@@ -71,7 +74,6 @@ class GroupSync:
                         generation = self._started
                         self._running += 1
                         leader = True
-                        self.runs += 1
                         break
                     self._cond.wait()
                 if not leader:

@@ -223,7 +223,7 @@ class SegmentStore:
             self.faults.point("segment.mid_write")
             _pwrite_all(seg.fd, data, offset + len(header))
             if sync:
-                seg.group_sync.sync(partial(os.fdatasync, seg.fd))
+                self._sync_file(seg)
                 self._name_durably(seg)  # a writer that rolled it may not have yet
         except OSError as exc:
             self.release(seg.id, len(key), size)
@@ -242,8 +242,14 @@ class SegmentStore:
                 if (seg_ids is None or i in seg_ids) and not s.retired
             ]
         for seg in segs:
-            os.fdatasync(seg.fd)
+            self._sync_file(seg)
             self._name_durably(seg)
+
+    @staticmethod
+    def _sync_file(seg: Segment) -> None:
+        """fdatasync ``seg`` through its group commit, so that every sync of the
+        file (and any failure of one) is seen by all who wait on it."""
+        seg.group_sync.sync(partial(os.fdatasync, seg.fd))
 
     def sync_all(self) -> None:
         self.sync(None)
