@@ -11,7 +11,11 @@ batches of 32 x 256 KiB where it has a batch API:
   a plain TCP socket between two processes (``sendall`` / ``recv_into``);
 * tiermem (``tiermem serve`` in a subprocess, ``Client(verify=False)``):
   ``client.dataplane.put_many`` / ``get_many(out=...)`` forced to each path —
-  ``shm`` (shared-memory arena), ``bulk`` (TCP channel), ``grpc`` (streams);
+  ``shm`` (shared-memory arena), ``bulk`` (TCP channel, a client made with
+  ``bulk_unix=False`` as one on another host would be), ``grpc`` (streams);
+  beside them ``bulk_unix``: the bulk channel over the daemon's Unix socket,
+  which a client on its host takes by default (it also carries the ``shm``
+  path's Reserve/Commit/Lease/Release);
 * Redis (Debian redis-server, persistence off; redis-py with hiredis):
   ``SET`` / ``GET``, pipelines for batches;
 * Mooncake Store over TCP (``mooncake_master`` with its HTTP metadata server, a
@@ -151,15 +155,15 @@ class TcpSocket(Peer):
 class TiermemPath(Peer):
     batches = True
 
-    def __init__(self, client: Client, path: str, bufs: Buffers) -> None:
-        self.name = f"tiermem_{path}"
+    def __init__(self, client: Client, path: str, bufs: Buffers, name: str = "") -> None:
+        self.name = name or f"tiermem_{path}"
         self.c = client
         self.path = path
         self.b = bufs
         self.keys = 8  # rotating keys: overwrites keep the daemon's footprint bounded
 
     def _key(self, size: int, i: int) -> str:
-        return f"{self.path}/{size}/{i % self.keys}"
+        return f"{self.name}/{size}/{i % self.keys}"
 
     def put(self, size: int, n: int) -> Latencies:
         src = self.b.src[size]
@@ -181,11 +185,11 @@ class TiermemPath(Peer):
 
     def put_batch(self, size: int, n: int) -> Latencies:
         src = self.b.src[size]
-        items = [PutItem(Kind.KV_BLOCK, f"{self.path}/batch/{j}", src) for j in range(BATCH)]
+        items = [PutItem(Kind.KV_BLOCK, f"{self.name}/batch/{j}", src) for j in range(BATCH)]
         return _timed(lambda i: self.c.dataplane.put_many(items, path=self.path), n)
 
     def get_batch(self, size: int, n: int) -> Latencies:
-        refs = [ObjectRef(Kind.KV_BLOCK, f"{self.path}/batch/{j}") for j in range(BATCH)]
+        refs = [ObjectRef(Kind.KV_BLOCK, f"{self.name}/batch/{j}") for j in range(BATCH)]
         outs = self.b.dst[size]
         return _timed(lambda i: self.c.dataplane.get_many(refs, out=outs, path=self.path), n)
 
@@ -531,7 +535,17 @@ def run(rounds: int, quick: bool) -> None:
         client = stack.enter_context(Client(address, verify=False, timeout_s=300))
         if client.dataplane.paths()[:2] != ["shm", "bulk"]:
             notes.append(f"tiermem offered {client.dataplane.paths()} only")
-        peers += [TiermemPath(client, p, bufs) for p in client.dataplane.paths()]
+        # The bulk channel's goals are for clients on other hosts: TCP. A client
+        # on this host reaches it by the daemon's Unix socket by default; that is
+        # reported beside (tiermem_bulk_unix), and carries the shm path's control.
+        tcp = stack.enter_context(Client(address, verify=False, timeout_s=300, bulk_unix=False))
+        peers += [
+            TiermemPath(tcp if p == "bulk" else client, p, bufs) for p in client.dataplane.paths()
+        ]
+        if client.dataplane.offer().bulk_address.startswith("unix:"):
+            peers.append(TiermemPath(client, "bulk", bufs, name="tiermem_bulk_unix"))
+        else:
+            notes.append("tiermem offered no Unix socket: every session rode TCP")
         peers.append(TiermemKvClient(client, bufs))
         try:
             peers.append(Redis(stack.enter_context(redis_server()), bufs))

@@ -59,6 +59,7 @@ class Client:
         session: str = "",
         transport: Transport | None = None,
         tls: TlsOptions | None = None,
+        bulk_unix: bool = True,
     ) -> None:
         """``verify``: send a checksum with every put (the daemon rejects damaged
         uploads) and check whole-object gets against the daemon's checksum.
@@ -69,7 +70,9 @@ class Client:
         bulk channel before shared memory (one round trip instead of two; 0:
         shared memory first whatever the size).
         ``session``: act as this agent session (see ``as_session``).
-        ``transport``: share an existing channel instead of opening one."""
+        ``transport``: share an existing channel instead of opening one.
+        ``bulk_unix``: on the daemon's host, reach its bulk channel by the Unix
+        socket it offers instead of TCP (False: TCP, as a client on another host)."""
         self.address = address
         self.namespace = namespace
         self.chunk_bytes = chunk_bytes
@@ -93,6 +96,7 @@ class Client:
             threshold_bytes=fast_threshold_bytes,
             paths=fast_paths,
             shm_min_bytes=fast_shm_min_bytes,
+            bulk_unix=bulk_unix,
         )
         self.kv = KvClient(
             self.transport,
@@ -110,7 +114,7 @@ class Client:
             self.transport, self.dataplane, namespace=namespace, chunk_bytes=chunk_bytes
         )
         self.integrity = IntegrityClient(self.transport)
-        self._fast = (tuple(fast_paths), fast_threshold_bytes, fast_shm_min_bytes)
+        self._fast = (tuple(fast_paths), fast_threshold_bytes, fast_shm_min_bytes, bulk_unix)
 
     def as_session(self, session: str) -> Client:
         """A client on the same channel acting as ``session``: it sees that
@@ -126,6 +130,7 @@ class Client:
             fast_paths=self._fast[0],
             fast_threshold_bytes=self._fast[1],
             fast_shm_min_bytes=self._fast[2],
+            bulk_unix=self._fast[3],
             session=session,
             transport=base,
         )

@@ -1,7 +1,8 @@
 """The client's side of the bulk TCP channel: a small pool of connections per
 daemon address, and the two transfers (put: ``sendall`` from the callers'
 buffers; get: ``recv_into`` the callers' buffers). Framing in
-``tiermem.dataplane_wire``.
+``tiermem.dataplane_wire``. An address is ``HOST:PORT``, or ``unix:@NAME`` for
+the daemon's abstract Unix socket (``unix:PATH`` for one in the file system).
 """
 
 from __future__ import annotations
@@ -40,9 +41,12 @@ class IdleSockets:
 
     def connect(self, address: str) -> socket.socket:
         """A new connection (raises OSError if it cannot be made)."""
-        host, _, port = address.rpartition(":")
-        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=self._timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if address.startswith("unix:"):
+            sock = unix_connect(address, self._timeout)
+        else:
+            host, _, port = address.rpartition(":")
+            sock = socket.create_connection((host.strip("[]"), int(port)), timeout=self._timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._buffer)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._buffer)
         return sock
@@ -75,6 +79,20 @@ class IdleSockets:
             sock.close()
 
 
+def unix_connect(address: str, timeout_s: float) -> socket.socket:
+    """A connection to ``unix:@NAME`` (an abstract socket) or ``unix:PATH``."""
+    where = address.removeprefix("unix:")
+    target = "\0" + where[1:] if where.startswith("@") else where
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout_s)
+        sock.connect(target)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class BulkPool:
     def __init__(
         self,
@@ -83,7 +101,7 @@ class BulkPool:
         socket_buffer_bytes: int = 4 << 20,
         max_idle: int = 8,
     ) -> None:
-        self._credential = credential
+        self.credential = credential
         self._pool = IdleSockets(io_timeout_s, socket_buffer_bytes, max_idle)
         self._give_back = self._pool.give_back
         self.close = self._pool.close
@@ -104,8 +122,7 @@ class BulkPool:
             except OSError as exc:  # refused / unreachable: the daemon is gone or moved
                 raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
             try:
-                sock.sendall(preamble(ticket_id, self._credential))
-                status = read_status(sock)
+                status = present(sock, preamble(ticket_id, self.credential))
             except (OSError, BulkBroken) as exc:
                 sock.close()
                 if reused:
@@ -217,6 +234,25 @@ def read_frame(sock: socket.socket, limit_bytes: int = MAX_STATUS_BYTES) -> byte
     body = bytearray(length)
     recv_exact(sock, memoryview(body))
     return bytes(body)
+
+
+def present(sock: socket.socket, opening: bytes) -> dataplane_pb2.TransferStatus:
+    """Send a connection's opening (preamble, ...) and read the daemon's answer.
+    A daemon refusing a connection (every slot taken) answers and closes
+    without reading it: on a Unix socket the send then fails (EPIPE) while the
+    answer waits to be read, so it is read either way. Raises OSError or
+    BulkBroken when there is no answer."""
+    try:
+        sock.sendall(opening)
+    except OSError as exc:
+        try:
+            status = read_status(sock)
+        except (OSError, BulkBroken):
+            raise exc from None
+        if status.code == "OK":  # it cannot have accepted what it did not get
+            raise exc from None
+        return status
+    return read_status(sock)
 
 
 def read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:

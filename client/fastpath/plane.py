@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import ipaddress
 import queue
 import threading
 import time
@@ -61,7 +62,7 @@ from tiermem.client.errors import (
     TiermemClientError,
     UnavailableError,
 )
-from tiermem.client.fastpath.bulk import BulkBroken, BulkPool
+from tiermem.client.fastpath.bulk import BulkBroken, BulkPool, unix_connect
 from tiermem.client.fastpath.copy import copy_bytes
 from tiermem.client.fastpath.session import (
     Session,
@@ -209,6 +210,20 @@ class _Counter:
     get_bytes: int = 0
 
 
+def _is_local_target(address: str) -> bool:
+    """Whether a gRPC target names this host: a Unix socket, ``localhost`` or a
+    loopback address."""
+    if address.startswith(("unix:", "unix-abstract:")):
+        return True
+    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
+    if host.removeprefix("dns:///").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class _Fallback(Exception):
     """This path cannot serve the request; try the next one."""
 
@@ -238,12 +253,15 @@ class DataPlane:
         lease_ttl_ms: int = 0,
         populate: bool = True,
         shm_min_bytes: int = DEFAULT_SHM_MIN_BYTES,
+        bulk_unix: bool = True,
     ) -> None:
         """``paths``: the paths this client may use, in order of preference (gRPC is
         always the last resort). ``lease_ttl_ms``: asked for shared-memory leases
         (0 = the daemon's default). ``populate``: pre-fault the arena mapping.
         ``shm_min_bytes``: below this mean value size a batch goes by the bulk
-        channel before shared memory (0: shared memory always first)."""
+        channel before shared memory (0: shared memory always first).
+        ``bulk_unix``: on the daemon's host, reach the bulk channel by its Unix
+        socket (``_local_bulk_address``)."""
         unknown = set(paths) - set(PATHS)
         if unknown:
             raise ValueError(f"unknown data paths {sorted(unknown)}; known: {PATHS}")
@@ -256,6 +274,7 @@ class DataPlane:
         self._allowed = [p for p in PATHS if p in paths]
         self._lease_ttl_ms = lease_ttl_ms
         self._populate = populate
+        self._bulk_unix = bulk_unix
         self._dp = dataplane_pb2_grpc.DataPlaneServiceStub(transport.channel)
         self._objects = object_pb2_grpc.ObjectServiceStub(transport.channel)
         token = dict(transport.metadata).get("authorization", "")
@@ -319,13 +338,33 @@ class DataPlane:
             except ArenaMismatch:
                 pass
         if "bulk" in self._allowed and hello.bulk_address and hello.bulk_protocol == VERSION:
-            offer.bulk_address = self._reachable(hello.bulk_address)
+            offer.bulk_address = self._local_bulk_address(hello) or self._reachable(
+                hello.bulk_address
+            )
             offer.paths.append("bulk")
         offer.paths.append("grpc")
         return offer
 
+    def _local_bulk_address(self, hello: dataplane_pb2.HelloResponse) -> str:
+        """The daemon's Unix-socket bulk address if this client should use it: on
+        the daemon's host (same boot id, and the socket accepts a connection: a
+        container in another network namespace cannot reach it), and known to the
+        daemon as the same caller on either channel (a token, or a gRPC target on
+        this host: the daemon names all of them one host). "" = use TCP."""
+        if not (self._bulk_unix and hello.bulk_unix_address and hello.host_id == host_id()):
+            return ""
+        if not self._bulk.credential and not _is_local_target(self._transport.address):
+            return ""
+        try:
+            unix_connect(hello.bulk_unix_address, 1.0).close()
+        except OSError:
+            return ""
+        return hello.bulk_unix_address
+
     def _reachable(self, address: str) -> str:
         """The bulk address to dial: a wildcard host is replaced by the daemon's gRPC host."""
+        if address.startswith("unix:"):
+            return address
         host, _, port = address.rpartition(":")
         if host.strip("[]") in ("", "0.0.0.0", "::"):
             host = self._transport.address.rpartition(":")[0]

@@ -22,7 +22,7 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from tiermem.client.errors import TiermemClientError, error_for
-from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, read_status
+from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, present
 from tiermem.dataplane_wire import (
     FLAG_ACCEPT_WITH_RESULT,
     LENGTH,
@@ -394,8 +394,7 @@ class SessionPool:
         except OSError as exc:
             raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
         try:
-            sock.sendall(preamble(SESSION_TICKET, self._credential) + frame(self._acting))
-            status = read_status(sock)
+            status = present(sock, preamble(SESSION_TICKET, self._credential) + frame(self._acting))
         except (OSError, BulkBroken) as exc:
             sock.close()
             raise BulkBroken(f"bulk session to {address} failed: {exc}") from None

@@ -38,6 +38,7 @@ class DataPlaneServicer(dataplane_pb2_grpc.DataPlaneServiceServicer):
             max_batch_objects=h.max_batch_objects,
             max_object_bytes=h.max_object_bytes,
             bulk_protocol=h.bulk_protocol,
+            bulk_unix_address=h.bulk_unix_address,
         )
         if h.arena is not None:
             a = h.arena

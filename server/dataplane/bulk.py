@@ -2,6 +2,12 @@
 tickets and runs their transfers (``transfers.BulkTransfers``). Framing in
 ``tiermem.dataplane_wire``.
 
+The same channel is also served on an abstract Unix socket (``unix``) for
+clients on this host: a small request and its reply cost about half the CPU
+of TCP on loopback (measured here: 51-62 vs 100 µs per round trip), and the
+bulk session's shared-memory control messages are all small. Its peers are
+named ``local``, as loopback TCP peers are (``identity.normal_host``).
+
 One thread per connection, at most ``dataplane.bulk.max_connections``; a
 connection carries transfers one after another and is closed after
 ``idle_timeout_s`` without one, after ``io_timeout_s`` of silence inside one,
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import socket
 import threading
 from collections.abc import Callable
@@ -25,7 +32,7 @@ from tiermem.dataplane_wire import (
     frame,
 )
 from tiermem.server.config import BulkChannelConfig
-from tiermem.server.dataplane.identity import normal_host, principal_of
+from tiermem.server.dataplane.identity import LOCAL_HOST, normal_host, principal_of
 from tiermem.server.dataplane.transfers import BulkTransfers, Ticket, TransferBroken
 from tiermem.server.errors import TiermemError
 from tiermem.server.metrics import Metrics
@@ -50,14 +57,16 @@ class BulkServer:
         self._transfers = transfers
         self._config = config
         self._metrics = metrics
-        self._listener: socket.socket | None = None
-        self._thread: threading.Thread | None = None
+        self._listeners: list[socket.socket] = []
+        self._accepting: list[threading.Thread] = []
         self._slots = threading.BoundedSemaphore(config.max_connections)
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._threads: set[threading.Thread] = set()
         self._stopping = threading.Event()
         self.address = ""
+        #: ``unix:@NAME`` of the abstract Unix socket ("" = not served)
+        self.unix_address = ""
         #: serves sessions (None: a session preamble is refused as an unknown ticket)
         self.sessions: SessionHandler | None = None
 
@@ -66,36 +75,61 @@ class BulkServer:
         cfg = self._config
         listener = socket.create_server((cfg.host, cfg.port), backlog=128)
         port = listener.getsockname()[1]
-        self._listener = listener
+        self._listen(listener)
         self.address = f"{cfg.advertise_host or cfg.host}:{port}"
-        self._thread = threading.Thread(target=self._accept, name="tiermem-bulk", daemon=True)
-        self._thread.start()
-        log.info("bulk channel on %s", self.address)
+        if cfg.unix:
+            self.unix_address = self._listen_unix()
+        log.info("bulk channel on %s %s", self.address, self.unix_address)
         return self.address
+
+    def _listen_unix(self) -> str:
+        """Listen on an abstract Unix socket of a random name; its ``unix:@NAME``
+        address ("" when the system has none: only Linux does)."""
+        name = f"tiermem-bulk-{secrets.token_hex(8)}"
+        try:
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        except (AttributeError, OSError) as exc:
+            log.warning("bulk channel: no Unix socket (%s); local clients use TCP", exc)
+            return ""
+        try:
+            listener.bind("\0" + name)
+            listener.listen(128)
+        except OSError as exc:
+            listener.close()
+            log.warning("bulk channel: no abstract Unix socket (%s); local clients use TCP", exc)
+            return ""
+        self._listen(listener)
+        return f"unix:@{name}"
+
+    def _listen(self, listener: socket.socket) -> None:
+        thread = threading.Thread(
+            target=self._accept, args=(listener,), name="tiermem-bulk", daemon=True
+        )
+        self._listeners.append(listener)
+        self._accepting.append(thread)
+        thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
-        if self._listener is not None:
+        for listener in self._listeners:
             with contextlib.suppress(OSError):
-                self._listener.shutdown(socket.SHUT_RDWR)
-            self._listener.close()
+                listener.shutdown(socket.SHUT_RDWR)
+            listener.close()
         with self._lock:
             conns = list(self._conns)
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        for thread in self._accepting:
+            thread.join(timeout=10)
         with self._lock:
             threads = list(self._threads)
         for thread in threads:  # their transfers fail fast once the sockets are shut
             thread.join(timeout=10)
 
     # -- connections ------------------------------------------------------------------
-    def _accept(self) -> None:
-        listener = self._listener
-        if listener is None:
-            return
+    def _accept(self, listener: socket.socket) -> None:
+        tcp = listener.family != socket.AF_UNIX
         while not self._stopping.is_set():
             try:
                 conn, addr = listener.accept()
@@ -105,7 +139,10 @@ class BulkServer:
                 self._refuse(conn, "RESOURCE_EXHAUSTED", "too many bulk connections; retry")
                 continue
             thread = threading.Thread(
-                target=self._serve, args=(conn, str(addr[0])), name="tiermem-bulk-conn", daemon=True
+                target=self._serve,
+                args=(conn, normal_host(str(addr[0])) if tcp else LOCAL_HOST, tcp),
+                name="tiermem-bulk-conn",
+                daemon=True,
             )
             with self._lock:
                 self._conns.add(conn)
@@ -122,12 +159,12 @@ class BulkServer:
             conn.close()
         self._metrics.bulk_transfers.labels("-", "refused").inc()
 
-    def _serve(self, conn: socket.socket, peer: str) -> None:
+    def _serve(self, conn: socket.socket, host: str, tcp: bool) -> None:
         cfg = self._config
-        host = normal_host(peer)
         self._metrics.bulk_connections.inc()
         try:
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tcp:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, int(cfg.socket_buffer_bytes))
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(cfg.socket_buffer_bytes))
             while not self._stopping.is_set():
@@ -136,7 +173,7 @@ class BulkServer:
         except (Closed, OSError):
             return
         except Exception:
-            log.exception("bulk connection from %s failed", peer)
+            log.exception("bulk connection from %s failed", host)
         finally:
             with self._lock:
                 self._conns.discard(conn)

@@ -2,14 +2,22 @@
 
 A caller that sends an ``authorization`` metadata value is identified by it
 (hashed: the table never keeps the secret); one without is identified by its
-host address, the only identity a TCP connection can show as well.
+host address, the only identity a TCP connection can show as well. Every way
+in from this host (loopback TCP, the gRPC and bulk Unix sockets) is one host,
+``local``: a process here can use any of them (and bind any loopback address),
+so telling them apart would protect nothing and would stop a client that asked
+for a lease over gRPC from releasing it on its bulk session's Unix socket.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import urllib.parse
 from collections.abc import Iterable
+
+#: The host name of every peer on this host (loopback addresses, Unix sockets).
+LOCAL_HOST = "local"
 
 
 def principal_of(credential: str | bytes, peer_host: str) -> str:
@@ -30,15 +38,23 @@ def grpc_principal(metadata: Iterable[tuple[str, str | bytes]] | None, peer: str
 
 def grpc_peer_host(peer: str) -> str:
     """Host part of a gRPC peer string: ``ipv4:1.2.3.4:5`` → ``1.2.3.4``,
-    ``ipv6:[::1]:5`` → ``::1``, ``unix:/path`` → ``unix``."""
+    ``ipv6:[2001:db8::1]:5`` → ``2001:db8::1``; loopback addresses and
+    ``unix:/path`` → ``local``."""
     scheme, _, rest = urllib.parse.unquote(peer).partition(":")
-    if scheme == "ipv4":
-        return rest.rpartition(":")[0]
-    if scheme == "ipv6":
+    if scheme in ("ipv4", "ipv6"):
         return normal_host(rest.rpartition(":")[0].strip("[]"))
+    if scheme in ("unix", "unix-abstract"):
+        return LOCAL_HOST
     return scheme or "unknown"
 
 
 def normal_host(host: str) -> str:
-    """A socket peer address as gRPC would name it (IPv4-mapped IPv6 unwrapped)."""
-    return host.removeprefix("::ffff:") if "." in host else host
+    """A socket peer address as gRPC would name it (IPv4-mapped IPv6 unwrapped),
+    ``local`` for a loopback address."""
+    host = host.removeprefix("::ffff:") if "." in host else host
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return LOCAL_HOST
+    except ValueError:
+        pass  # not an address (a test's made-up name): kept as it is
+    return host

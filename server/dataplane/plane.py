@@ -33,6 +33,7 @@ class Hello:
     max_batch_objects: int
     max_object_bytes: int
     bulk_protocol: int
+    bulk_unix_address: str
 
 
 class DataPlane:
@@ -84,6 +85,7 @@ class DataPlane:
             max_batch_objects=dp.max_batch_objects,
             max_object_bytes=int(self._config.limits.max_object_bytes),
             bulk_protocol=VERSION,
+            bulk_unix_address=self._bulk.unix_address if self._bulk is not None else "",
         )
 
     def reap_expired(self) -> int:

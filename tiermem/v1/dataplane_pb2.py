@@ -26,7 +26,7 @@ from tiermem.v1 import common_pb2 as tiermem_dot_v1_dot_common__pb2
 from tiermem.v1 import object_pb2 as tiermem_dot_v1_dot_object__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1atiermem/v1/dataplane.proto\x12\ntiermem.v1\x1a\x17tiermem/v1/common.proto\x1a\x17tiermem/v1/object.proto\"\x0e\n\x0cHelloRequest\"^\n\tArenaInfo\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x10\n\x08\x61rena_id\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\x04\x12\r\n\x05inode\x18\x05 \x01(\x04\"\x93\x02\n\rHelloResponse\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12$\n\x05\x61rena\x18\x02 \x01(\x0b\x32\x15.tiermem.v1.ArenaInfo\x12\x14\n\x0c\x62ulk_address\x18\x03 \x01(\t\x12\x17\n\x0f\x61rena_min_bytes\x18\x04 \x01(\x04\x12\x18\n\x10inline_max_bytes\x18\x05 \x01(\x04\x12\x1c\n\x14\x64\x65\x66\x61ult_lease_ttl_ms\x18\x06 \x01(\r\x12\x18\n\x10max_lease_ttl_ms\x18\x07 \x01(\r\x12\x19\n\x11max_batch_objects\x18\x08 \x01(\r\x12\x18\n\x10max_object_bytes\x18\t \x01(\x04\x12\x15\n\rbulk_protocol\x18\n \x01(\r\"H\n\x0eReserveRequest\x12&\n\x07objects\x18\x01 \x03(\x0b\x32\x15.tiermem.v1.PutHeader\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\">\n\nWriteLease\x12\x10\n\x08lease_id\x18\x01 \x01(\x06\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0e\n\x06length\x18\x03 \x01(\x04\"[\n\x0fReserveResponse\x12\x10\n\x08\x61rena_id\x18\x01 \x01(\t\x12&\n\x06leases\x18\x02 \x03(\x0b\x32\x16.tiermem.v1.WriteLease\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\"F\n\nCommitItem\x12\x10\n\x08lease_id\x18\x01 \x01(\x06\x12&\n\x08\x63hecksum\x18\x02 \x01(\x0b\x32\x14.tiermem.v1.Checksum\"6\n\rCommitRequest\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.tiermem.v1.CommitItem\"7\n\x0e\x43ommitResponse\x12%\n\x05metas\x18\x01 \x03(\x0b\x32\x16.tiermem.v1.ObjectMeta\"]\n\x0cLeaseRequest\x12#\n\x04keys\x18\x01 \x03(\x0b\x32\x15.tiermem.v1.ObjectKey\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\x12\x18\n\x10inline_max_bytes\x18\x03 \x01(\x04\"\x88\x01\n\tReadLease\x12$\n\x04meta\x18\x01 \x01(\x0b\x32\x16.tiermem.v1.ObjectMeta\x12\x10\n\x08lease_id\x18\x02 \x01(\x06\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0e\n\x06length\x18\x04 \x01(\x04\x12\x13\n\x0binline_data\x18\x05 \x01(\x0c\x12\x0e\n\x06inline\x18\x06 \x01(\x08\"X\n\rLeaseResponse\x12\x10\n\x08\x61rena_id\x18\x01 \x01(\t\x12%\n\x06leases\x18\x02 \x03(\x0b\x32\x15.tiermem.v1.ReadLease\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\"#\n\x0eReleaseRequest\x12\x11\n\tlease_ids\x18\x01 \x03(\x06\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\r\"9\n\x0f\x42\x65ginPutRequest\x12&\n\x07objects\x18\x01 \x03(\x0b\x32\x15.tiermem.v1.PutHeader\"P\n\x0f\x42\x65ginGetRequest\x12#\n\x04keys\x18\x01 \x03(\x0b\x32\x15.tiermem.v1.ObjectKey\x12\x18\n\x10inline_max_bytes\x18\x02 \x01(\x04\"\xb9\x01\n\x0cTicketObject\x12\"\n\x03key\x18\x01 \x01(\x0b\x32\x15.tiermem.v1.ObjectKey\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12&\n\x08\x63hecksum\x18\x03 \x01(\x0b\x32\x14.tiermem.v1.Checksum\x12$\n\x04meta\x18\x04 \x01(\x0b\x32\x16.tiermem.v1.ObjectMeta\x12\x13\n\x0binline_data\x18\x05 \x01(\x0c\x12\x0e\n\x06inline\x18\x06 \x01(\x08\"}\n\x06Ticket\x12\x11\n\tticket_id\x18\x01 \x01(\x0c\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\x12)\n\x07objects\x18\x04 \x03(\x0b\x32\x18.tiermem.v1.TicketObject\x12\x14\n\x0cstream_bytes\x18\x05 \x01(\x04\"j\n\x0eTransferStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x05metas\x18\x03 \x03(\x0b\x32\x16.tiermem.v1.ObjectMeta\x12\x12\n\nrequest_id\x18\x04 \x01(\t2\xd1\x03\n\x10\x44\x61taPlaneService\x12<\n\x05Hello\x12\x18.tiermem.v1.HelloRequest\x1a\x19.tiermem.v1.HelloResponse\x12\x42\n\x07Reserve\x12\x1a.tiermem.v1.ReserveRequest\x1a\x1b.tiermem.v1.ReserveResponse\x12?\n\x06\x43ommit\x12\x19.tiermem.v1.CommitRequest\x1a\x1a.tiermem.v1.CommitResponse\x12<\n\x05Lease\x12\x18.tiermem.v1.LeaseRequest\x1a\x19.tiermem.v1.LeaseResponse\x12\x42\n\x07Release\x12\x1a.tiermem.v1.ReleaseRequest\x1a\x1b.tiermem.v1.ReleaseResponse\x12;\n\x08\x42\x65ginPut\x12\x1b.tiermem.v1.BeginPutRequest\x1a\x12.tiermem.v1.Ticket\x12;\n\x08\x42\x65ginGet\x12\x1b.tiermem.v1.BeginGetRequest\x1a\x12.tiermem.v1.Ticketb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1atiermem/v1/dataplane.proto\x12\ntiermem.v1\x1a\x17tiermem/v1/common.proto\x1a\x17tiermem/v1/object.proto\"\x0e\n\x0cHelloRequest\"^\n\tArenaInfo\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12\x10\n\x08\x61rena_id\x18\x03 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x04 \x01(\x04\x12\r\n\x05inode\x18\x05 \x01(\x04\"\xae\x02\n\rHelloResponse\x12\x0f\n\x07host_id\x18\x01 \x01(\t\x12$\n\x05\x61rena\x18\x02 \x01(\x0b\x32\x15.tiermem.v1.ArenaInfo\x12\x14\n\x0c\x62ulk_address\x18\x03 \x01(\t\x12\x17\n\x0f\x61rena_min_bytes\x18\x04 \x01(\x04\x12\x18\n\x10inline_max_bytes\x18\x05 \x01(\x04\x12\x1c\n\x14\x64\x65\x66\x61ult_lease_ttl_ms\x18\x06 \x01(\r\x12\x18\n\x10max_lease_ttl_ms\x18\x07 \x01(\r\x12\x19\n\x11max_batch_objects\x18\x08 \x01(\r\x12\x18\n\x10max_object_bytes\x18\t \x01(\x04\x12\x15\n\rbulk_protocol\x18\n \x01(\r\x12\x19\n\x11\x62ulk_unix_address\x18\x0b \x01(\t\"H\n\x0eReserveRequest\x12&\n\x07objects\x18\x01 \x03(\x0b\x32\x15.tiermem.v1.PutHeader\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\">\n\nWriteLease\x12\x10\n\x08lease_id\x18\x01 \x01(\x06\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0e\n\x06length\x18\x03 \x01(\x04\"[\n\x0fReserveResponse\x12\x10\n\x08\x61rena_id\x18\x01 \x01(\t\x12&\n\x06leases\x18\x02 \x03(\x0b\x32\x16.tiermem.v1.WriteLease\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\"F\n\nCommitItem\x12\x10\n\x08lease_id\x18\x01 \x01(\x06\x12&\n\x08\x63hecksum\x18\x02 \x01(\x0b\x32\x14.tiermem.v1.Checksum\"6\n\rCommitRequest\x12%\n\x05items\x18\x01 \x03(\x0b\x32\x16.tiermem.v1.CommitItem\"7\n\x0e\x43ommitResponse\x12%\n\x05metas\x18\x01 \x03(\x0b\x32\x16.tiermem.v1.ObjectMeta\"]\n\x0cLeaseRequest\x12#\n\x04keys\x18\x01 \x03(\x0b\x32\x15.tiermem.v1.ObjectKey\x12\x0e\n\x06ttl_ms\x18\x02 \x01(\r\x12\x18\n\x10inline_max_bytes\x18\x03 \x01(\x04\"\x88\x01\n\tReadLease\x12$\n\x04meta\x18\x01 \x01(\x0b\x32\x16.tiermem.v1.ObjectMeta\x12\x10\n\x08lease_id\x18\x02 \x01(\x06\x12\x0e\n\x06offset\x18\x03 \x01(\x04\x12\x0e\n\x06length\x18\x04 \x01(\x04\x12\x13\n\x0binline_data\x18\x05 \x01(\x0c\x12\x0e\n\x06inline\x18\x06 \x01(\x08\"X\n\rLeaseResponse\x12\x10\n\x08\x61rena_id\x18\x01 \x01(\t\x12%\n\x06leases\x18\x02 \x03(\x0b\x32\x15.tiermem.v1.ReadLease\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\"#\n\x0eReleaseRequest\x12\x11\n\tlease_ids\x18\x01 \x03(\x06\"#\n\x0fReleaseResponse\x12\x10\n\x08released\x18\x01 \x01(\r\"9\n\x0f\x42\x65ginPutRequest\x12&\n\x07objects\x18\x01 \x03(\x0b\x32\x15.tiermem.v1.PutHeader\"P\n\x0f\x42\x65ginGetRequest\x12#\n\x04keys\x18\x01 \x03(\x0b\x32\x15.tiermem.v1.ObjectKey\x12\x18\n\x10inline_max_bytes\x18\x02 \x01(\x04\"\xb9\x01\n\x0cTicketObject\x12\"\n\x03key\x18\x01 \x01(\x0b\x32\x15.tiermem.v1.ObjectKey\x12\x12\n\nsize_bytes\x18\x02 \x01(\x04\x12&\n\x08\x63hecksum\x18\x03 \x01(\x0b\x32\x14.tiermem.v1.Checksum\x12$\n\x04meta\x18\x04 \x01(\x0b\x32\x16.tiermem.v1.ObjectMeta\x12\x13\n\x0binline_data\x18\x05 \x01(\x0c\x12\x0e\n\x06inline\x18\x06 \x01(\x08\"}\n\x06Ticket\x12\x11\n\tticket_id\x18\x01 \x01(\x0c\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0e\n\x06ttl_ms\x18\x03 \x01(\r\x12)\n\x07objects\x18\x04 \x03(\x0b\x32\x18.tiermem.v1.TicketObject\x12\x14\n\x0cstream_bytes\x18\x05 \x01(\x04\"j\n\x0eTransferStatus\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\x12%\n\x05metas\x18\x03 \x03(\x0b\x32\x16.tiermem.v1.ObjectMeta\x12\x12\n\nrequest_id\x18\x04 \x01(\t2\xd1\x03\n\x10\x44\x61taPlaneService\x12<\n\x05Hello\x12\x18.tiermem.v1.HelloRequest\x1a\x19.tiermem.v1.HelloResponse\x12\x42\n\x07Reserve\x12\x1a.tiermem.v1.ReserveRequest\x1a\x1b.tiermem.v1.ReserveResponse\x12?\n\x06\x43ommit\x12\x19.tiermem.v1.CommitRequest\x1a\x1a.tiermem.v1.CommitResponse\x12<\n\x05Lease\x12\x18.tiermem.v1.LeaseRequest\x1a\x19.tiermem.v1.LeaseResponse\x12\x42\n\x07Release\x12\x1a.tiermem.v1.ReleaseRequest\x1a\x1b.tiermem.v1.ReleaseResponse\x12;\n\x08\x42\x65ginPut\x12\x1b.tiermem.v1.BeginPutRequest\x1a\x12.tiermem.v1.Ticket\x12;\n\x08\x42\x65ginGet\x12\x1b.tiermem.v1.BeginGetRequest\x1a\x12.tiermem.v1.Ticketb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,39 +38,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ARENAINFO']._serialized_start=108
   _globals['_ARENAINFO']._serialized_end=202
   _globals['_HELLORESPONSE']._serialized_start=205
-  _globals['_HELLORESPONSE']._serialized_end=480
-  _globals['_RESERVEREQUEST']._serialized_start=482
-  _globals['_RESERVEREQUEST']._serialized_end=554
-  _globals['_WRITELEASE']._serialized_start=556
-  _globals['_WRITELEASE']._serialized_end=618
-  _globals['_RESERVERESPONSE']._serialized_start=620
-  _globals['_RESERVERESPONSE']._serialized_end=711
-  _globals['_COMMITITEM']._serialized_start=713
-  _globals['_COMMITITEM']._serialized_end=783
-  _globals['_COMMITREQUEST']._serialized_start=785
-  _globals['_COMMITREQUEST']._serialized_end=839
-  _globals['_COMMITRESPONSE']._serialized_start=841
-  _globals['_COMMITRESPONSE']._serialized_end=896
-  _globals['_LEASEREQUEST']._serialized_start=898
-  _globals['_LEASEREQUEST']._serialized_end=991
-  _globals['_READLEASE']._serialized_start=994
-  _globals['_READLEASE']._serialized_end=1130
-  _globals['_LEASERESPONSE']._serialized_start=1132
-  _globals['_LEASERESPONSE']._serialized_end=1220
-  _globals['_RELEASEREQUEST']._serialized_start=1222
-  _globals['_RELEASEREQUEST']._serialized_end=1257
-  _globals['_RELEASERESPONSE']._serialized_start=1259
-  _globals['_RELEASERESPONSE']._serialized_end=1294
-  _globals['_BEGINPUTREQUEST']._serialized_start=1296
-  _globals['_BEGINPUTREQUEST']._serialized_end=1353
-  _globals['_BEGINGETREQUEST']._serialized_start=1355
-  _globals['_BEGINGETREQUEST']._serialized_end=1435
-  _globals['_TICKETOBJECT']._serialized_start=1438
-  _globals['_TICKETOBJECT']._serialized_end=1623
-  _globals['_TICKET']._serialized_start=1625
-  _globals['_TICKET']._serialized_end=1750
-  _globals['_TRANSFERSTATUS']._serialized_start=1752
-  _globals['_TRANSFERSTATUS']._serialized_end=1858
-  _globals['_DATAPLANESERVICE']._serialized_start=1861
-  _globals['_DATAPLANESERVICE']._serialized_end=2326
+  _globals['_HELLORESPONSE']._serialized_end=507
+  _globals['_RESERVEREQUEST']._serialized_start=509
+  _globals['_RESERVEREQUEST']._serialized_end=581
+  _globals['_WRITELEASE']._serialized_start=583
+  _globals['_WRITELEASE']._serialized_end=645
+  _globals['_RESERVERESPONSE']._serialized_start=647
+  _globals['_RESERVERESPONSE']._serialized_end=738
+  _globals['_COMMITITEM']._serialized_start=740
+  _globals['_COMMITITEM']._serialized_end=810
+  _globals['_COMMITREQUEST']._serialized_start=812
+  _globals['_COMMITREQUEST']._serialized_end=866
+  _globals['_COMMITRESPONSE']._serialized_start=868
+  _globals['_COMMITRESPONSE']._serialized_end=923
+  _globals['_LEASEREQUEST']._serialized_start=925
+  _globals['_LEASEREQUEST']._serialized_end=1018
+  _globals['_READLEASE']._serialized_start=1021
+  _globals['_READLEASE']._serialized_end=1157
+  _globals['_LEASERESPONSE']._serialized_start=1159
+  _globals['_LEASERESPONSE']._serialized_end=1247
+  _globals['_RELEASEREQUEST']._serialized_start=1249
+  _globals['_RELEASEREQUEST']._serialized_end=1284
+  _globals['_RELEASERESPONSE']._serialized_start=1286
+  _globals['_RELEASERESPONSE']._serialized_end=1321
+  _globals['_BEGINPUTREQUEST']._serialized_start=1323
+  _globals['_BEGINPUTREQUEST']._serialized_end=1380
+  _globals['_BEGINGETREQUEST']._serialized_start=1382
+  _globals['_BEGINGETREQUEST']._serialized_end=1462
+  _globals['_TICKETOBJECT']._serialized_start=1465
+  _globals['_TICKETOBJECT']._serialized_end=1650
+  _globals['_TICKET']._serialized_start=1652
+  _globals['_TICKET']._serialized_end=1777
+  _globals['_TRANSFERSTATUS']._serialized_start=1779
+  _globals['_TRANSFERSTATUS']._serialized_end=1885
+  _globals['_DATAPLANESERVICE']._serialized_start=1888
+  _globals['_DATAPLANESERVICE']._serialized_end=2353
 # @@protoc_insertion_point(module_scope)

@@ -96,6 +96,7 @@ class HelloResponse(_message.Message):
     MAX_BATCH_OBJECTS_FIELD_NUMBER: _builtins.int
     MAX_OBJECT_BYTES_FIELD_NUMBER: _builtins.int
     BULK_PROTOCOL_FIELD_NUMBER: _builtins.int
+    BULK_UNIX_ADDRESS_FIELD_NUMBER: _builtins.int
     host_id: _builtins.str
     """Identifies the host (kernel boot id); equal on the client = same host."""
     bulk_address: _builtins.str
@@ -111,6 +112,10 @@ class HelloResponse(_message.Message):
     max_object_bytes: _builtins.int
     bulk_protocol: _builtins.int
     """version of the TCP framing (tiermem/dataplane_wire.py)"""
+    bulk_unix_address: _builtins.str
+    """The same channel on an abstract Unix socket ("unix:@NAME"; "" = off), for
+    clients on this host: same framing and credentials, cheaper per message.
+    """
     @_builtins.property
     def arena(self) -> Global___ArenaInfo:
         """Unset when the shared-memory path is off (or the DRAM tier is disabled)."""
@@ -128,10 +133,11 @@ class HelloResponse(_message.Message):
         max_batch_objects: _builtins.int = ...,
         max_object_bytes: _builtins.int = ...,
         bulk_protocol: _builtins.int = ...,
+        bulk_unix_address: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["arena", b"arena"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["arena", b"arena", "arena_min_bytes", b"arena_min_bytes", "bulk_address", b"bulk_address", "bulk_protocol", b"bulk_protocol", "default_lease_ttl_ms", b"default_lease_ttl_ms", "host_id", b"host_id", "inline_max_bytes", b"inline_max_bytes", "max_batch_objects", b"max_batch_objects", "max_lease_ttl_ms", b"max_lease_ttl_ms", "max_object_bytes", b"max_object_bytes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arena", b"arena", "arena_min_bytes", b"arena_min_bytes", "bulk_address", b"bulk_address", "bulk_protocol", b"bulk_protocol", "bulk_unix_address", b"bulk_unix_address", "default_lease_ttl_ms", b"default_lease_ttl_ms", "host_id", b"host_id", "inline_max_bytes", b"inline_max_bytes", "max_batch_objects", b"max_batch_objects", "max_lease_ttl_ms", b"max_lease_ttl_ms", "max_object_bytes", b"max_object_bytes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
