@@ -26,6 +26,11 @@ class BulkBroken(Exception):
     broken put). Safe to retry the whole operation by another path."""
 
 
+class BulkUnreachable(BulkBroken):
+    """No connection could be made (nothing was sent): e.g. a restarted daemon
+    listens on another Unix socket now."""
+
+
 class IdleSockets:
     """Connections kept open for reuse, per daemon address, at most ``max_idle``
     each, dropped after ``MAX_IDLE_S``."""
@@ -40,7 +45,13 @@ class IdleSockets:
         self._idle: dict[str, list[tuple[socket.socket, float]]] = {}
 
     def connect(self, address: str) -> socket.socket:
-        """A new connection (raises OSError if it cannot be made)."""
+        """A new connection (raises BulkUnreachable if it cannot be made)."""
+        try:
+            return self._connect(address)
+        except OSError as exc:
+            raise BulkUnreachable(f"bulk connection to {address} failed: {exc}") from None
+
+    def _connect(self, address: str) -> socket.socket:
         if address.startswith("unix:"):
             sock = unix_connect(address, self._timeout)
         else:
@@ -79,18 +90,34 @@ class IdleSockets:
             sock.close()
 
 
+#: First pause before connecting again to a Unix socket whose accept queue is full.
+UNIX_RETRY_S = 0.001
+
+
 def unix_connect(address: str, timeout_s: float) -> socket.socket:
-    """A connection to ``unix:@NAME`` (an abstract socket) or ``unix:PATH``."""
+    """A connection to ``unix:@NAME`` (an abstract socket) or ``unix:PATH``.
+    A full accept queue fails a Unix connect at once (EAGAIN) where TCP would
+    retry its handshake: try again, pausing a little longer each time, until
+    ``timeout_s``."""
     where = address.removeprefix("unix:")
     target = "\0" + where[1:] if where.startswith("@") else where
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.settimeout(timeout_s)
-        sock.connect(target)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    deadline = time.monotonic() + timeout_s
+    pause = UNIX_RETRY_S
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout_s)
+            sock.connect(target)
+            return sock
+        except BlockingIOError:
+            sock.close()
+            if time.monotonic() + pause > deadline:
+                raise
+        except BaseException:
+            sock.close()
+            raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 class BulkPool:
@@ -117,19 +144,20 @@ class BulkPool:
         """Open (or reuse) a connection and present the ticket; returns once the
         daemon said go. A stale pooled connection is replaced once."""
         for _attempt in range(2):
+            # BulkUnreachable when refused / unreachable: the daemon is gone or moved
+            sock, reused = self._take(address)
             try:
-                sock, reused = self._take(address)
-            except OSError as exc:  # refused / unreachable: the daemon is gone or moved
-                raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
-            try:
-                status = present(sock, preamble(ticket_id, self.credential))
+                status, delivered = present(sock, preamble(ticket_id, self.credential))
             except (OSError, BulkBroken) as exc:
                 sock.close()
                 if reused:
                     continue
                 raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
             if status.code != "OK":
-                self._give_back(address, sock)
+                if delivered:  # a refused ticket leaves the connection usable
+                    self._give_back(address, sock)
+                else:
+                    sock.close()
                 raise error_for(status.code, status.message, status.request_id)
             return sock
         raise BulkBroken(f"bulk connection to {address} failed twice")
@@ -236,23 +264,23 @@ def read_frame(sock: socket.socket, limit_bytes: int = MAX_STATUS_BYTES) -> byte
     return bytes(body)
 
 
-def present(sock: socket.socket, opening: bytes) -> dataplane_pb2.TransferStatus:
-    """Send a connection's opening (preamble, ...) and read the daemon's answer.
-    A daemon refusing a connection (every slot taken) answers and closes
-    without reading it: on a Unix socket the send then fails (EPIPE) while the
-    answer waits to be read, so it is read either way. Raises OSError or
-    BulkBroken when there is no answer."""
+def present(sock: socket.socket, opening: bytes) -> tuple[dataplane_pb2.TransferStatus, bool]:
+    """Send a connection's opening (preamble, ...) and read the daemon's answer;
+    returns it and whether the opening was delivered. A daemon refusing a
+    connection (every slot taken) answers and closes without reading it: on a
+    Unix socket the send then fails (EPIPE) while the answer waits to be read,
+    so it is read then too. Raises OSError or BulkBroken when there is none."""
     try:
         sock.sendall(opening)
-    except OSError as exc:
+    except (BrokenPipeError, ConnectionResetError) as exc:
         try:
             status = read_status(sock)
         except (OSError, BulkBroken):
             raise exc from None
         if status.code == "OK":  # it cannot have accepted what it did not get
             raise exc from None
-        return status
-    return read_status(sock)
+        return status, False
+    return read_status(sock), True
 
 
 def read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:

@@ -62,7 +62,7 @@ from tiermem.client.errors import (
     TiermemClientError,
     UnavailableError,
 )
-from tiermem.client.fastpath.bulk import BulkBroken, BulkPool, unix_connect
+from tiermem.client.fastpath.bulk import BulkBroken, BulkPool, BulkUnreachable, unix_connect
 from tiermem.client.fastpath.copy import copy_bytes
 from tiermem.client.fastpath.session import (
     Session,
@@ -367,7 +367,9 @@ class DataPlane:
             return address
         host, _, port = address.rpartition(":")
         if host.strip("[]") in ("", "0.0.0.0", "::"):
-            host = self._transport.address.rpartition(":")[0]
+            target = self._transport.address
+            # a gRPC Unix-socket target names no host: the daemon is on this one
+            host = "127.0.0.1" if target.startswith("unix") else target.rpartition(":")[0]
         return f"{host}:{port}"
 
     def _reset(self, offer: _Offer) -> None:
@@ -811,10 +813,28 @@ class DataPlane:
                 continue
             except (SessionsUnsupported, SessionsFull):
                 return None
+            except BulkUnreachable:
+                if not self._leave_unix_socket(address):
+                    self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+                raise _Fallback() from None
             except BulkBroken:
                 self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
                 raise _Fallback() from None
         raise _Fallback()
+
+    def _leave_unix_socket(self, address: str) -> bool:
+        """The Unix socket ``address`` took no connection (a restarted daemon
+        listens on another): this offer's sessions use its TCP address from now
+        on (a shared-memory client negotiates afresh when it finds the new
+        daemon's arena). False when ``address`` is not the offer's Unix socket."""
+        with self._lock:
+            offer = self._offer
+            if offer is None or offer.hello is None or offer.bulk_address != address:
+                return False
+            if not address.startswith("unix:"):
+                return False
+            offer.bulk_address = self._reachable(offer.hello.bulk_address)
+            return True
 
     @staticmethod
     def _refusal(exc: TiermemClientError) -> BaseException:

@@ -389,12 +389,11 @@ class SessionPool:
         self._owed: weakref.WeakKeyDictionary[socket.socket, int] = weakref.WeakKeyDictionary()
 
     def _open(self, address: str) -> socket.socket:
+        sock = self._pool.connect(address)  # BulkUnreachable if it cannot be made
         try:
-            sock = self._pool.connect(address)
-        except OSError as exc:
-            raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
-        try:
-            status = present(sock, preamble(SESSION_TICKET, self._credential) + frame(self._acting))
+            status, _delivered = present(
+                sock, preamble(SESSION_TICKET, self._credential) + frame(self._acting)
+            )
         except (OSError, BulkBroken) as exc:
             sock.close()
             raise BulkBroken(f"bulk session to {address} failed: {exc}") from None

@@ -115,13 +115,14 @@ class BulkServer:
             with contextlib.suppress(OSError):
                 listener.shutdown(socket.SHUT_RDWR)
             listener.close()
+        # no connection is accepted after this, so the list below has them all
+        for thread in self._accepting:
+            thread.join(timeout=10)
         with self._lock:
             conns = list(self._conns)
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-        for thread in self._accepting:
-            thread.join(timeout=10)
         with self._lock:
             threads = list(self._threads)
         for thread in threads:  # their transfers fail fast once the sockets are shut

@@ -3,10 +3,12 @@
 A caller that sends an ``authorization`` metadata value is identified by it
 (hashed: the table never keeps the secret); one without is identified by its
 host address, the only identity a TCP connection can show as well. Every way
-in from this host (loopback TCP, the gRPC and bulk Unix sockets) is one host,
-``local``: a process here can use any of them (and bind any loopback address),
-so telling them apart would protect nothing and would stop a client that asked
-for a lease over gRPC from releasing it on its bulk session's Unix socket.
+in by a loopback address or a Unix socket (gRPC's or the bulk channel's) is one
+host, ``local``: a process here can use the loopback ones and the bulk socket
+whatever the gRPC socket's file mode, and telling them apart would stop a
+client that asked for a lease over gRPC from releasing it on its bulk
+session's Unix socket. (Lease and ticket ids are random secrets either way.)
+A process here that dials the host's external address is named by it.
 """
 
 from __future__ import annotations

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import threading
+import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.integration.dataplane.helpers import wait_for
+from tests.prometheus import free_port
 from tiermem.client import Client, Kind, TiermemClientError
 from tiermem.client.fastpath import ObjectRef, PutItem
+from tiermem.client.fastpath.bulk import present, unix_connect
+from tiermem.dataplane_wire import SESSION_TICKET, frame, preamble
 from tiermem.server.app import Daemon
 from tiermem.server.dataplane.identity import LOCAL_HOST, grpc_peer_host, normal_host
 from tiermem.v1 import common_pb2, dataplane_pb2, dataplane_pb2_grpc
@@ -42,6 +48,11 @@ def outward_address() -> str | None:
     return None if address.startswith("127.") or address == "0.0.0.0" else address
 
 
+def daemon_bulk_port(daemon: Daemon) -> int:
+    assert daemon.dataplane is not None
+    return int(daemon.dataplane.hello().bulk_address.rpartition(":")[2])
+
+
 def round_trip(client: Client, key: str, data: bytes) -> None:
     """A value through the bulk path and back, and one of a few bytes."""
     client.dataplane.put_many([PutItem(Kind.BLOB, key, data)], path="bulk")
@@ -62,7 +73,7 @@ def test_a_local_client_moves_its_bytes_over_the_unix_socket(client: Client) -> 
     round_trip(client, "over-unix", data)
     # the client's pooled session is a connection to that socket
     assert connections_to(name) == 2
-    # a large value by ticket (the TCP address) is claimed by the same caller
+    # a large value, on the session too
     big = bytes(range(256)) * (32 * 4096)  # 32 MiB
     client.dataplane.put_many([PutItem(Kind.BLOB, "big", big)], path="bulk")
     got = client.dataplane.get_many([ObjectRef(Kind.BLOB, "big")], path="bulk")[0]
@@ -88,10 +99,8 @@ def test_a_lease_taken_over_grpc_is_released_on_the_unix_socket(
 
 def test_tcp_when_the_client_asks_for_it(daemon: Daemon) -> None:
     with Client(daemon.address, bulk_unix=False) as c:
-        address = c.dataplane.offer().bulk_address
-        assert not address.startswith("unix:") and address.endswith(
-            ":" + address.rpartition(":")[2]
-        )
+        host, _, port = c.dataplane.offer().bulk_address.rpartition(":")
+        assert (host, int(port)) == ("127.0.0.1", daemon_bulk_port(daemon))
         round_trip(c, "over-tcp", bytes(range(256)) * 1024)
 
 
@@ -162,3 +171,81 @@ def test_every_way_in_from_this_host_is_one_host() -> None:
     assert grpc_peer_host("ipv6:[2001:db8::1]:5000") == "2001:db8::1"
     assert normal_host("::ffff:10.1.2.3") == "10.1.2.3"
     assert normal_host("2001:db8::1") == "2001:db8::1"
+
+
+def test_without_sessions_a_unix_socket_client_claims_its_tickets_over_tcp(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    """Tickets name the TCP address: BeginPut/BeginGet over loopback gRPC, the
+    bytes over TCP, the same anonymous caller on both."""
+    daemon = make_daemon(dataplane={"bulk": {"sessions": False}})
+    with Client(daemon.address, fast_paths=("bulk", "grpc")) as c:
+        assert c.dataplane.offer().bulk_address.startswith("unix:@")
+        data = bytes(range(256)) * 4096
+        c.dataplane.put_many([PutItem(Kind.BLOB, "by-ticket", data)], path="bulk")
+        got = c.dataplane.get_many([ObjectRef(Kind.BLOB, "by-ticket")], path="bulk")[0]
+        assert bytes(got.data) == data
+        assert c.path_stats()["bulk"]["puts"] == 1 and c.path_stats()["bulk"]["gets"] == 1
+
+
+def test_the_unix_socket_asks_for_the_same_token(make_daemon: Callable[..., Daemon]) -> None:
+    tokens = [{"name": "root", "token": "t-admin", "roles": ["admin"]}]
+    daemon = make_daemon(security={"tokens": tokens})
+    assert daemon.dataplane is not None
+    address = daemon.dataplane.hello().bulk_unix_address
+    for credential, expected in ((b"", "UNAUTHENTICATED"), (b"Bearer wrong", "UNAUTHENTICATED"),
+                                 (b"Bearer t-admin", "OK")):  # fmt: skip
+        with contextlib.closing(unix_connect(address, 5.0)) as sock:
+            status, delivered = present(sock, preamble(SESSION_TICKET, credential) + frame(b""))
+            assert (status.code, delivered) == (expected, True), status.message
+
+
+def test_a_restarted_daemon_moves_a_unix_socket_client_to_tcp(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    """The restarted daemon listens on another Unix socket; the client's next
+    session finds the old one gone and goes on over TCP (same ports here)."""
+    ports = {"server": {"listen": f"127.0.0.1:{free_port()}"},
+             "dataplane": {"bulk": {"port": free_port()}}}  # fmt: skip
+    first = make_daemon("restart", **ports)
+    with Client(first.address, fast_paths=("bulk", "grpc")) as c:
+        old = c.dataplane.offer().bulk_address
+        assert old.startswith("unix:@")
+        c.put(Kind.SCRATCH, "before", b"1")
+        first.stop(grace_s=0)
+        second = make_daemon("restart", **ports)
+        assert second.dataplane is not None
+        assert second.dataplane.hello().bulk_unix_address != old
+        c.put(Kind.SCRATCH, "during", b"2")  # the old socket is gone: this one by gRPC
+        c.put(Kind.SCRATCH, "after", b"3")  # and this one over TCP
+        assert not c.dataplane.offer().bulk_address.startswith("unix:")
+        assert [c.get(Kind.SCRATCH, k) for k in ("before", "during", "after")] == [b"1", b"2", b"3"]
+        assert c.path_stats()["bulk"]["puts"] == 2
+
+
+def test_a_full_accept_queue_is_waited_out(tmp_path: Path) -> None:
+    """A Unix connect fails at once (EAGAIN) while the listener's queue is full;
+    ``unix_connect`` tries again until its timeout, so a daemon slow to accept
+    is reached, and one that never accepts fails at the timeout."""
+    name = f"tiermem-test-{uuid.uuid4().hex}"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(0)
+    queued = []
+    with contextlib.ExitStack() as stack:
+        stack.callback(listener.close)
+        with pytest.raises(BlockingIOError):  # fill the queue, then one more
+            for _ in range(64):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                stack.callback(s.close)
+                s.setblocking(False)
+                s.connect("\0" + name)
+                queued.append(s)
+        started = time.monotonic()
+        with pytest.raises(BlockingIOError):
+            unix_connect(f"unix:@{name}", 0.2)
+        assert time.monotonic() - started >= 0.15
+        timer = threading.Timer(0.1, lambda: stack.callback(listener.accept()[0].close))
+        timer.start()
+        stack.callback(timer.join)
+        unix_connect(f"unix:@{name}", 5.0).close()  # in once the daemon accepts one
