@@ -76,6 +76,7 @@ unit: venv
 bench: venv
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python -m bench.run_all
+	$(BIN)/python -m bench.goals_table --write
 
 clean:
 	rm -rf .proto-check build *.egg-info .pytest_cache .mypy_cache .ruff_cache

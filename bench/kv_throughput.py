@@ -163,7 +163,10 @@ class TiermemPath(Peer):
         self.keys = 8  # rotating keys: overwrites keep the daemon's footprint bounded
 
     def _key(self, size: int, i: int) -> str:
-        return f"{self.name}/{size}/{i % self.keys}"
+        # by path, not name: tiermem_bulk_unix rewrites tiermem_bulk's keys, so the
+        # daemon's DRAM (1 GiB, about what the four paths' 32 MiB keys fill)
+        # holds no more than before it was added and no 32 MiB value is demoted
+        return f"{self.path}/{size}/{i % self.keys}"
 
     def put(self, size: int, n: int) -> Latencies:
         src = self.b.src[size]
@@ -185,11 +188,11 @@ class TiermemPath(Peer):
 
     def put_batch(self, size: int, n: int) -> Latencies:
         src = self.b.src[size]
-        items = [PutItem(Kind.KV_BLOCK, f"{self.name}/batch/{j}", src) for j in range(BATCH)]
+        items = [PutItem(Kind.KV_BLOCK, f"{self.path}/batch/{j}", src) for j in range(BATCH)]
         return _timed(lambda i: self.c.dataplane.put_many(items, path=self.path), n)
 
     def get_batch(self, size: int, n: int) -> Latencies:
-        refs = [ObjectRef(Kind.KV_BLOCK, f"{self.name}/batch/{j}") for j in range(BATCH)]
+        refs = [ObjectRef(Kind.KV_BLOCK, f"{self.path}/batch/{j}") for j in range(BATCH)]
         outs = self.b.dst[size]
         return _timed(lambda i: self.c.dataplane.get_many(refs, out=outs, path=self.path), n)
 
