@@ -122,17 +122,25 @@ def test_tcp_when_the_unix_socket_cannot_be_reached(client: Client) -> None:
     assert client.dataplane._local_bulk_address(hello) == ""
 
 
-def test_an_anonymous_client_dialling_a_non_local_address_stays_on_tcp(
-    make_daemon: Callable[..., Daemon],
-) -> None:
+def dialled_outward(make_daemon: Callable[..., Daemon], **config: object) -> str:
+    """A daemon listening on every address; the gRPC target naming it by this
+    host's non-loopback address (the test is skipped without one)."""
     outward = outward_address()
     if outward is None:
         pytest.skip("this host has no non-loopback address")
-    daemon = make_daemon(server={"listen": "0.0.0.0:0"}, dataplane={"bulk": {"host": "0.0.0.0"}})
-    port = daemon.address.rpartition(":")[2]
+    daemon = make_daemon(
+        server={"listen": "0.0.0.0:0"}, dataplane={"bulk": {"host": "0.0.0.0"}}, **config
+    )
+    return f"{outward}:{daemon.address.rpartition(':')[2]}"
+
+
+def test_an_anonymous_client_dialling_a_non_local_address_stays_on_tcp(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    target = dialled_outward(make_daemon)
     # the daemon names this caller by that address on gRPC, "local" on the
     # Unix socket: a ticket or lease would not be found as the same caller's
-    with Client(f"{outward}:{port}") as c:
+    with Client(target) as c:
         assert not c.dataplane.offer().bulk_address.startswith("unix:")
         round_trip(c, "anonymous-outward", bytes(range(256)) * 4096)
 
@@ -140,21 +148,13 @@ def test_an_anonymous_client_dialling_a_non_local_address_stays_on_tcp(
 def test_a_client_with_a_token_takes_the_unix_socket_whatever_it_dialled(
     make_daemon: Callable[..., Daemon],
 ) -> None:
-    outward = outward_address()
-    if outward is None:
-        pytest.skip("this host has no non-loopback address")
     tokens = [{"name": "root", "token": "t-admin", "roles": ["admin"]}]
-    daemon = make_daemon(
-        server={"listen": "0.0.0.0:0"},
-        dataplane={"bulk": {"host": "0.0.0.0"}},
-        security={"tokens": tokens},
-    )
-    port = daemon.address.rpartition(":")[2]
-    with Client(f"{outward}:{port}", token="t-admin") as c:
+    target = dialled_outward(make_daemon, security={"tokens": tokens})
+    with Client(target, token="t-admin") as c:
         assert c.dataplane.offer().bulk_address.startswith("unix:@")
         round_trip(c, "token-outward", bytes(range(256)) * 4096)
     with (
-        Client(f"{outward}:{port}", token="wrong", retries=0) as bad,
+        Client(target, token="wrong", retries=0) as bad,
         pytest.raises(TiermemClientError) as refused,
     ):
         bad.put(Kind.SCRATCH, "x", b"y")
