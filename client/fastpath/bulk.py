@@ -19,6 +19,12 @@ from tiermem.v1 import dataplane_pb2
 #: Pooled connections idle longer than this are dropped (the daemon closes its
 #: end after dataplane.bulk.idle_timeout_s, 120 s by default).
 MAX_IDLE_S = 60.0
+#: SO_SNDBUF and SO_RCVBUF of the client's connections, as the daemon's defaults
+#: (``dataplane.bulk.send_buffer_bytes`` / ``receive_buffer_bytes``): a send
+#: buffer larger than the cache lets the bytes leave it before the receiver
+#: copies them out (loopback: 4 MiB moved 8-32 MiB values 20-40% slower).
+SEND_BUFFER_BYTES = 1 << 20
+RECEIVE_BUFFER_BYTES = 4 << 20
 
 
 class BulkBroken(Exception):
@@ -36,10 +42,15 @@ class IdleSockets:
     each, dropped after ``MAX_IDLE_S``."""
 
     def __init__(
-        self, io_timeout_s: float = 30.0, socket_buffer_bytes: int = 4 << 20, max_idle: int = 8
+        self,
+        io_timeout_s: float = 30.0,
+        max_idle: int = 8,
+        send_buffer_bytes: int = SEND_BUFFER_BYTES,
+        receive_buffer_bytes: int = RECEIVE_BUFFER_BYTES,
     ) -> None:
         self._timeout = io_timeout_s
-        self._buffer = socket_buffer_bytes
+        self._send_buffer = send_buffer_bytes
+        self._receive_buffer = receive_buffer_bytes
         self._max_idle = max_idle
         self._lock = threading.Lock()
         self._idle: dict[str, list[tuple[socket.socket, float]]] = {}
@@ -58,8 +69,8 @@ class IdleSockets:
             host, _, port = address.rpartition(":")
             sock = socket.create_connection((host.strip("[]"), int(port)), timeout=self._timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._buffer)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._buffer)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer)
         return sock
 
     def take(self, address: str) -> socket.socket | None:
@@ -125,11 +136,10 @@ class BulkPool:
         self,
         credential: bytes,
         io_timeout_s: float = 30.0,
-        socket_buffer_bytes: int = 4 << 20,
         max_idle: int = 8,
     ) -> None:
         self.credential = credential
-        self._pool = IdleSockets(io_timeout_s, socket_buffer_bytes, max_idle)
+        self._pool = IdleSockets(io_timeout_s, max_idle)
         self._give_back = self._pool.give_back
         self.close = self._pool.close
 

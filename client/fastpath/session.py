@@ -375,13 +375,12 @@ class SessionPool:
         credential: bytes,
         acting: str,
         io_timeout_s: float = 30.0,
-        socket_buffer_bytes: int = 4 << 20,
         max_idle: int = 8,
     ) -> None:
         self._credential = credential
         self._acting = acting.encode()
         self._io_timeout_s = io_timeout_s
-        self._pool = IdleSockets(io_timeout_s, socket_buffer_bytes, max_idle)
+        self._pool = IdleSockets(io_timeout_s, max_idle)
         self.close = self._pool.close
         self._lock = threading.Lock()
         self._unsupported: set[str] = set()

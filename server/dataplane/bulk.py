@@ -166,8 +166,8 @@ class BulkServer:
         try:
             if tcp:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, int(cfg.socket_buffer_bytes))
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(cfg.socket_buffer_bytes))
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, int(cfg.send_buffer_bytes))
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(cfg.receive_buffer_bytes))
             while not self._stopping.is_set():
                 if not self._one_transfer(conn, host):
                     return
