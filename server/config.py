@@ -371,11 +371,12 @@ class BulkChannelConfig(_Section):
     """Offer bulk sessions: a client authenticates once per connection and then
     sends framed put/get requests on it without a gRPC call each (they expire
     after ``idle_timeout_s`` without a request)."""
-    send_buffer_bytes: ByteSize = ByteSize(1 * MiB)
+    send_buffer_bytes: ByteSize = ByteSize(2 * MiB)
     """SO_SNDBUF of bulk connections (bytes; the kernel doubles it and may cap it).
-    Measured on loopback TCP (2-core EPYC, 2 MiB L2): 1 MiB moved 8-32 MiB values
-    20-40% faster than 4 MiB, whose bytes leave the cache before the receiver
-    copies them out (``docs/benchmarks.md``, 2026-12-02 05:20)."""
+    On loopback TCP here (2-core EPYC, 2 MiB L2 per core), interleaved A/B of 1, 2
+    and 4 MiB: 2 MiB was never the slowest and moved 32 x 256 KiB batches 5-10%
+    faster than 4 MiB; 1 MiB slowed 32 MiB gets sent from the arena by sendfile
+    by 15-20% (``docs/benchmarks.md``, 2026-12-02)."""
     receive_buffer_bytes: ByteSize = ByteSize(4 * MiB)
     """SO_RCVBUF of bulk connections (bytes; the kernel doubles it and may cap it)."""
     unix: bool = True
