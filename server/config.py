@@ -374,11 +374,17 @@ class BulkChannelConfig(_Section):
     send_buffer_bytes: ByteSize = ByteSize(2 * MiB)
     """SO_SNDBUF of bulk connections (bytes; the kernel doubles it and may cap it).
     On loopback TCP here (2-core EPYC, 2 MiB L2 per core), interleaved A/B of 1, 2
-    and 4 MiB: 2 MiB was never the slowest and moved 32 x 256 KiB batches 5-10%
-    faster than 4 MiB; 1 MiB slowed 32 MiB gets sent from the arena by sendfile
-    by 15-20% (``docs/benchmarks.md``, 2026-12-02)."""
+    and 4 MiB: 4 MiB moved 32 MiB values 15-25% slower than 1 or 2 MiB, and 1 MiB
+    slowed gets sent by sendfile (``docs/benchmarks.md``, 2026-12-02)."""
     receive_buffer_bytes: ByteSize = ByteSize(4 * MiB)
     """SO_RCVBUF of bulk connections (bytes; the kernel doubles it and may cap it)."""
+    sendfile: bool = False
+    """Send a get's values of 1 MiB and more that lie in the DRAM arena with
+    sendfile(2) from the arena's file instead of ``sendall`` of the mapping. It
+    was faster when added (32 MiB in 10.5 against 13.9 ms); on this host's
+    current kernel (6.18) it is slower: 32 MiB in 17.9-19.5 against 11.2-11.6 ms,
+    4 MiB in 2.9-3.2 against 2.2 ms (interleaved A/B, ``docs/benchmarks.md``
+    2026-12-02). Measure on yours before turning it on."""
     unix: bool = True
     """Also serve the channel on an abstract Unix socket (Linux; a random name offered
     in Hello) to clients on this host: the same framing, credentials and limits, at

@@ -46,8 +46,8 @@ class DataPlane:
         self.shm = SharedMemoryPlane(objects, dp, self.leases, self.budget, metrics)
         self.transfers = BulkTransfers(objects, dp, self.budget, metrics)
         dram = objects.store.memory.get(Tier.DRAM)
-        if isinstance(dram, DramEngine):  # large values leave by sendfile from its file
-            self.transfers.arena = dram
+        if isinstance(dram, DramEngine) and dp.bulk.sendfile:
+            self.transfers.arena = dram  # large values leave by sendfile from its file
         self._bulk = BulkServer(self.transfers, dp.bulk, metrics) if dp.bulk.enabled else None
         metrics.dataplane_leases_active.set_function(lambda: len(self.leases))
         metrics.bulk_tickets_active.set_function(lambda: len(self.transfers.tickets))

@@ -217,7 +217,7 @@ class BulkTransfers:
         #: (``RemoteService.fill``; set by the daemon when it has one)
         self.fill: Callable[[Sequence[ObjectKey]], None] | None = None
         #: the DRAM arena: gets on a socket send its large values from the
-        #: arena's file with sendfile (``dataplane.sendfile``); None: from views
+        #: arena's file with sendfile (``dataplane.bulk.sendfile``); None: from views
         self.arena: DramEngine | None = None
 
     def _check_batch(self, n: int, what: str) -> None:
