@@ -382,9 +382,10 @@ class BulkChannelConfig(_Section):
     """Send a get's values of 1 MiB and more that lie in the DRAM arena with
     sendfile(2) from the arena's file instead of ``sendall`` of the mapping. It
     was faster when added (32 MiB in 10.5 against 13.9 ms); on this host's
-    current kernel (6.18) it is slower: 32 MiB in 17.9-19.5 against 11.2-11.6 ms,
-    4 MiB in 2.9-3.2 against 2.2 ms (interleaved A/B, ``docs/benchmarks.md``
-    2026-12-02). Measure on yours before turning it on."""
+    current kernel (6.18) it mostly loses: in 24 interleaved pairs of 32 MiB and
+    4 MiB gets over TCP (seven A/B runs, 2026-12-02) ``sendall`` was faster in
+    19, by up to 42% of the time, and sendfile in 5, by at most 10%. Measure on
+    your host before turning it on."""
     unix: bool = True
     """Also serve the channel on an abstract Unix socket (Linux; a random name offered
     in Hello) to clients on this host: the same framing, credentials and limits, at
