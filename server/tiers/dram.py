@@ -15,15 +15,15 @@ granules and every value starts ``VALUE_SKEW`` (16) bytes into its extent. The
 kernel's copy into a receiving process's buffer runs at half speed or less on
 this machine's CPUs when the destination lies 1-31 bytes after the source
 modulo 4096 (the CPU mistakes the copy's stores for the loads that follow them:
-"4K aliasing"; glibc's memcpy steers around it, the kernel's copy does not). A
-bulk get sends a value by sendfile(2) straight from the arena file, so the
-source is the value's place in the arena and the destination is the client's
-buffer: numpy arrays and bytearrays of more than 128 KiB start 16 bytes past a
-page (glibc's chunk header), page-aligned values put them 16 bytes after their
-source, and a 32 MiB get into one took 31 ms against 12 ms into a page-aligned
-buffer. Starting values 16 bytes past a 64-byte boundary keeps the distance a
-multiple of 64 for such buffers and 48 bytes (mod 64) for page- and
-64-byte-aligned ones, all fast.
+"4K aliasing"; glibc's memcpy steers around it, the kernel's copy does not).
+With ``dataplane.bulk.sendfile`` on, a bulk get sends a value by sendfile(2)
+straight from the arena file, so the source is the value's place in the arena
+and the destination is the client's buffer: numpy arrays and bytearrays of
+more than 128 KiB start 16 bytes past a page (glibc's chunk header),
+page-aligned values put them 16 bytes after their source, and a 32 MiB get into
+one took 31 ms against 12 ms into a page-aligned buffer. Starting values 16
+bytes past a 64-byte boundary keeps the distance a multiple of 64 for such
+buffers and 48 bytes (mod 64) for page- and 64-byte-aligned ones, all fast.
 """
 
 from __future__ import annotations
@@ -103,8 +103,9 @@ class DramEngine:
         except BaseException:
             os.close(fd)
             raise
-        #: the arena file, open for as long as the engine: bulk gets send large
-        #: values from it with sendfile(2) (``file_span``)
+        #: the arena file, open for as long as the engine: with
+        #: ``dataplane.bulk.sendfile`` on, bulk gets send large values from it
+        #: with sendfile(2) (``file_span``)
         self.file_fd = fd
         self._arena = np.frombuffer(self._mmap, dtype=np.uint8)
         self._base = int(self._arena.ctypes.data)
