@@ -58,7 +58,8 @@ KIND_DEFAULTS: dict[Kind, tuple[AccessHint, Durability]] = {
 MAX_NAMESPACE_BYTES = 128
 MAX_KEY_BYTES = 1024
 MAX_SESSION_BYTES = 256
-_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+#: ``fullmatch`` only: with ``match``, ``$`` also matched before a final newline
+_NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 #: Kinds by wire value: a dict lookup costs a fraction of ``Kind(value)``, and
@@ -74,7 +75,7 @@ MAX_REMEMBERED_NAMESPACES = 4096
 def validate_namespace(namespace: str) -> str:
     if not namespace:
         raise InvalidArgument("namespace is missing (use e.g. 'default')")
-    if not _NAMESPACE_RE.match(namespace) or not namespace.strip("."):
+    if not _NAMESPACE_RE.fullmatch(namespace) or not namespace.strip("."):
         raise InvalidArgument(
             f"namespace {namespace[:64]!r} is invalid: use 1..{MAX_NAMESPACE_BYTES} "
             "characters from A-Z a-z 0-9 . _ -, not only dots"

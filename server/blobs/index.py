@@ -27,7 +27,7 @@ import numpy as np
 
 from tiermem.v1 import blob_records_pb2 as rec_pb
 
-SPACE_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+SPACE_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # fullmatch: no trailing newline
 TABLE_PREFIX = "space_"
 METRICS = {0: "cosine", 1: "cosine", 2: "l2", 3: "dot"}
 

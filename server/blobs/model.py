@@ -197,7 +197,7 @@ def tags(
 
 def space_name(value: str) -> str:
     name = value or DEFAULT_SPACE
-    if not SPACE_RE.match(name):
+    if not SPACE_RE.fullmatch(name):
         raise InvalidArgument(
             f"embedding space {name[:80]!r} is invalid: use 1..64 of A-Z a-z 0-9 _ . -"
         )

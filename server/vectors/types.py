@@ -42,11 +42,11 @@ class FilterOp(IntEnum):
 
 
 MAX_NAME_BYTES = 128
-_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")  # fullmatch: no trailing newline
 
 
 def validate_collection_name(name: str) -> str:
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         raise InvalidArgument(
             f"collection name {name[:64]!r} is invalid: use 1..{MAX_NAME_BYTES} characters "
             "from A-Z a-z 0-9 . _ -"

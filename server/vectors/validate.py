@@ -20,7 +20,7 @@ from tiermem.v1 import vectors_pb2
 F32 = npt.NDArray[np.float32]
 I64 = npt.NDArray[np.int64]
 
-FIELD_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+FIELD_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # fullmatch: no trailing newline
 MAX_EF_SEARCH = 4096
 
 
@@ -130,7 +130,7 @@ def check_payloads(
                 f"vectors.max_payload_fields = {cfg.max_payload_fields}"
             )
         for field, value in p.fields.items():
-            if not FIELD_RE.match(field):
+            if not FIELD_RE.fullmatch(field):
                 raise InvalidArgument(
                     f"payload {i}: field name {field[:64]!r} is invalid: use 1..64 "
                     "characters from A-Z a-z 0-9 _ . -"
@@ -162,7 +162,7 @@ def check_filter(cfg: VectorsConfig, flt: Filter) -> None:
         )
     validate_session(flt.session)
     for cond in flt.conditions:
-        if not FIELD_RE.match(cond.field):
+        if not FIELD_RE.fullmatch(cond.field):
             raise InvalidArgument(f"filter field {cond.field[:64]!r} is invalid")
         n = len(cond.values)
         if cond.op == FilterOp.IN and n == 0:
