@@ -64,9 +64,9 @@ _NAMESPACE_RE = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 #: Kinds by wire value: a dict lookup costs a fraction of ``Kind(value)``, and
 #: every object of every request names one.
-_KINDS: dict[int, Kind] = {int(m): m for m in Kind}
+KIND_BY_VALUE: dict[int, Kind] = {int(m): m for m in Kind}
 #: Namespaces that passed ``validate_namespace``: requests name a few, over and
-#: over, and the check is ~10% of the daemon's Python on a batch of 32 reads.
+#: over (remembering them halved ``ObjectKey.checked``, 2.5 to 1.2 µs a key).
 #: Bounded: cleared when this many were remembered.
 _VALID_NAMESPACES: set[str] = set()
 MAX_REMEMBERED_NAMESPACES = 4096
@@ -105,7 +105,7 @@ class ObjectKey:
             if len(_VALID_NAMESPACES) >= MAX_REMEMBERED_NAMESPACES:
                 _VALID_NAMESPACES.clear()
             _VALID_NAMESPACES.add(namespace)
-        member = _KINDS.get(kind)
+        member = KIND_BY_VALUE.get(kind)
         if member is None:
             raise InvalidArgument(f"unknown kind {kind}: use KV_BLOCK, VECTOR, BLOB or SCRATCH")
         if not key:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TypeVar
 
 from tiermem.server.model import (
+    KIND_BY_VALUE,
     AccessHint,
     Durability,
-    Kind,
     ObjectKey,
     ObjectMeta,
     Precision,
@@ -52,7 +52,6 @@ _HINTS = {int(m): m for m in AccessHint}
 _PRECISIONS = {int(m): m for m in Precision}
 _DURABILITIES = {int(m): m for m in Durability}
 _TIERS = {int(m): m for m in Tier}
-_KINDS = {int(m): m for m in Kind}
 
 
 def _member(members: dict[int, _E], value: int, field: str) -> _E:
@@ -115,7 +114,7 @@ def meta_from_proto(msg: pb.ObjectMeta) -> ObjectMeta:
     """Trusted conversion (records written by this daemon)."""
     key = msg.key
     return ObjectMeta(
-        key=ObjectKey(key.namespace, _KINDS[key.kind], key.key),
+        key=ObjectKey(key.namespace, KIND_BY_VALUE[key.kind], key.key),
         size_bytes=msg.size_bytes,
         checksum=msg.checksum.value,
         profile=profile_from_proto(msg.profile),

@@ -39,7 +39,14 @@ from tiermem.server.catalog.index import (
 from tiermem.server.catalog.records import StoredRecord
 from tiermem.server.catalog.sessions import SessionIds
 from tiermem.server.errors import NotFound
-from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Tier, validate_namespace
+from tiermem.server.model import (
+    KIND_BY_VALUE,
+    Kind,
+    ObjectKey,
+    ObjectMeta,
+    Tier,
+    validate_namespace,
+)
 from tiermem.server.protoconv import meta_from_proto, meta_to_proto
 from tiermem.server.storage.rocks import Batch, RocksStore
 from tiermem.v1 import common_pb2 as pb
@@ -50,7 +57,6 @@ _EXPIRY = struct.Struct(">Q")
 #: which costs less than numpy's fixed overhead per call.
 VECTOR_MIN_ROWS = 16
 #: members by value (a dict lookup is several times cheaper than ``Kind(value)``)
-_KINDS = {int(m): m for m in Kind}
 _TIERS = {int(m): m for m in Tier}
 
 
@@ -204,7 +210,7 @@ class Catalog:
         c = self.index.cols  # (``item`` returns a Python int, at half the cost of int())
         return Entry(
             row,
-            _KINDS[c["kind"].item(row)],
+            KIND_BY_VALUE[c["kind"].item(row)],
             _TIERS[c["tier"].item(row)],
             c["size"].item(row),
             c["loc"].item(row),
@@ -231,7 +237,7 @@ class Catalog:
             if row < 0
             else Entry(
                 row,
-                _KINDS[kinds[i]],
+                KIND_BY_VALUE[kinds[i]],
                 _TIERS[tiers[i]],
                 sizes[i],
                 locs[i],
