@@ -46,6 +46,7 @@ from tiermem.server.errors import (
     InvalidArgument,
     NotFound,
     PermissionDenied,
+    TiermemError,
 )
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import ObjectKey, Profile
@@ -277,13 +278,23 @@ class BulkTransfers:
         if ticket.op != "put":
             raise FailedPrecondition("this ticket is for a get, not a put")
         sums: list[int] = []
+        failed: TiermemError | None = None
         try:
+            # Every object's bytes are read even after one fails its checksum:
+            # the connection carries the next request right after them, and
+            # stopping early would read the rest of this put's values as one.
             for item in ticket.puts:
                 xxh3, crc = _receive_into(
                     channel, item.reservation.buffer, self._objects.upload_crc(item.spec)
                 )
-                self._objects.check_upload(item.spec, xxh3, crc)
+                if failed is None:
+                    try:
+                        self._objects.check_upload(item.spec, xxh3, crc)
+                    except TiermemError as exc:
+                        failed = exc
                 sums.append(xxh3)
+            if failed is not None:
+                raise failed
         except BaseException:
             ticket.end()
             raise
