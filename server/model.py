@@ -83,6 +83,21 @@ def validate_namespace(namespace: str) -> str:
     return namespace
 
 
+#: Longest time-to-live (and session lease) a request may ask for, in seconds:
+#: 100 years. Expiry times are unsigned 64-bit milliseconds on the wire; a
+#: larger ``ttl_s`` overflowed them and failed the request with INTERNAL.
+MAX_TTL_S = 100 * 365 * 86_400
+
+
+def validate_ttl(ttl_s: int, field: str) -> int:
+    """``ttl_s`` if at most ``MAX_TTL_S``; else INVALID_ARGUMENT naming ``field``."""
+    if ttl_s > MAX_TTL_S:
+        raise InvalidArgument(
+            f"{field} is {ttl_s} s; at most {MAX_TTL_S} s (100 years), 0 for none"
+        )
+    return ttl_s
+
+
 def validate_session(session: str) -> str:
     if len(session.encode()) > MAX_SESSION_BYTES or "\x00" in session:
         raise InvalidArgument(f"session id must be at most {MAX_SESSION_BYTES} bytes without NUL")

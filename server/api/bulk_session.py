@@ -322,6 +322,22 @@ class BulkSessions:
             if op == OP_GET:
                 return self._get(conn, owner, acting, msg)
             return self._answer(conn, owner, acting, self.unary[op], msg)
+        except (TiermemError, OSError, TransferBroken):
+            raise
+        except Exception as exc:
+            # a bug, not the caller's fault: answer INTERNAL (as gRPC does) rather
+            # than dropping the connection without a word, then end the session
+            # (the request may have stopped mid-way through its bytes)
+            log.error("internal error in a bulk session request (op %d)", op, exc_info=exc)
+            with contextlib.suppress(OSError):
+                conn.sendall(
+                    status(
+                        "INTERNAL",
+                        f"internal error: {type(exc).__name__}: {exc}",
+                        request_id=request_id.get(),
+                    )
+                )
+            return False
         finally:
             current_principal.reset(p_token)
             current_deadline.reset(d_token)

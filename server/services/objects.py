@@ -50,6 +50,7 @@ from tiermem.server.model import (
     key_prefix,
     validate_namespace,
     validate_session,
+    validate_ttl,
 )
 from tiermem.server.protoconv import meta_from_proto, meta_to_proto
 from tiermem.server.services.guard import Role, Ticket
@@ -258,6 +259,7 @@ class ObjectService:
             spec.tensor.checked(spec.size_bytes)
         validate_session(spec.session)
         validate_session(spec.caller)
+        validate_ttl(spec.profile.ttl_s, "profile.ttl_s")
         if spec.caller and not spec.session:
             spec.session = spec.caller  # what a session puts, it owns
         if spec.profile.preferred_tier == Tier.REMOTE:

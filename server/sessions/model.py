@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from tiermem.server.errors import InvalidArgument
-from tiermem.server.model import Kind, Tier, validate_namespace, validate_session
+from tiermem.server.model import (
+    Kind,
+    Tier,
+    validate_namespace,
+    validate_session,
+    validate_ttl,
+)
 
 MAX_LABEL_BYTES = 256
 
@@ -59,6 +65,8 @@ class OpenSpec:
         validate_session(self.id)
         validate_session(self.parent)
         validate_namespace(self.namespace)
+        validate_ttl(self.ttl_s, "ttl_s")
+        validate_ttl(self.lease_s, "lease_s")
         if len(self.label.encode()) > MAX_LABEL_BYTES:
             raise InvalidArgument(f"label is longer than {MAX_LABEL_BYTES} bytes")
         for tier, limit in self.quotas.items():
