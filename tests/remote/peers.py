@@ -136,6 +136,26 @@ class RedisCluster:
         for port in list(self.pids):
             _stop_pid(self.pids.pop(port), signal.SIGKILL)
 
+    def kill_node(self, port: int) -> None:
+        """SIGKILL one node; the others answer CLUSTERDOWN once they mark it
+        failed (``wait_state("fail")``): its slots have no replica here."""
+        _stop_pid(self.pids.pop(port), signal.SIGKILL)
+
+    def wait_state(self, state: str, timeout_s: float = 30.0) -> None:
+        """Until every running node reports ``cluster_state:<state>``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if all(
+                f"cluster_state:{state}"
+                in subprocess.run(
+                    ["redis-cli", "-p", str(p), "cluster", "info"], capture_output=True, text=True
+                ).stdout
+                for p in self.pids
+            ):
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"the Redis Cluster did not reach cluster_state:{state}")
+
     def restart(self) -> None:
         """Start the killed nodes again on their ports (the cluster layout is kept
         in their nodes-*.conf files; the data is not)."""

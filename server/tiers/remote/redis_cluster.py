@@ -47,7 +47,12 @@ class RedisClusterBackend(RemoteBackend):
             redis.exceptions.BusyLoadingError,
             OSError,
         )
-        self._response_error = redis.exceptions.ResponseError
+        # Per-value refusals of a SET: the store is fine, it will not keep this
+        # value ("OOM" under maxmemory with noeviction; a plain "ERR", such as a
+        # value past proto-max-bulk-len). Every other error reply (CLUSTERDOWN,
+        # MASTERDOWN, TRYAGAIN, READONLY, NOPERM, ...) is the store failing.
+        self._refusals: tuple[type[BaseException], ...] = (redis.exceptions.OutOfMemoryError,)
+        self._plain_error = redis.exceptions.ResponseError
         nodes = [ClusterNode(*_node(a)) for a in config.nodes]  # type: ignore[no-untyped-call]
         try:
             self._client: Any = RedisCluster(
@@ -77,16 +82,23 @@ class RedisClusterBackend(RemoteBackend):
         except self._errors as exc:
             raise RemoteError(f"Redis Cluster at {self.address}: {exc}") from exc
 
-    def _check(self, results: list[Any]) -> None:
+    def _check(self, results: list[Any], refusals_allowed: bool = False) -> None:
+        """Raise RemoteError for an error reply among ``results``; with
+        ``refusals_allowed``, a SET's per-value refusal is left in place (the
+        caller reads it as "not stored"). A cluster that is down answers every
+        command with an error reply: that must never read as a missing key,
+        a refused value or a delete done."""
         for r in results:
-            if isinstance(r, BaseException) and not isinstance(r, self._response_error):
-                raise RemoteError(f"Redis Cluster at {self.address}: {r}")
+            if not isinstance(r, BaseException):
+                continue
+            if refusals_allowed and (isinstance(r, self._refusals) or type(r) is self._plain_error):
+                continue
+            raise RemoteError(f"Redis Cluster at {self.address}: {type(r).__name__}: {r}")
 
     def put_many(self, names: Sequence[str], values: Sequence[bytes]) -> list[bool]:
         ttl = self._config.ttl_s or None
         results = self._run([("set", (n, v, ttl)) for n, v in zip(names, values, strict=True)])
-        self._check(results)
-        # a ResponseError (OOM, value too large) refuses that value only
+        self._check(results, refusals_allowed=True)
         return [r is True for r in results]
 
     def get_many(self, names: Sequence[str]) -> list[tuple[memoryview, object] | None]:
