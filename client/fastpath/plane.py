@@ -61,10 +61,12 @@ from tiermem.client.errors import (
     InvalidArgumentError,
     TiermemClientError,
     UnavailableError,
+    error_for,
 )
 from tiermem.client.fastpath.bulk import BulkBroken, BulkPool, BulkUnreachable, unix_connect
 from tiermem.client.fastpath.copy import copy_bytes
 from tiermem.client.fastpath.session import (
+    NoAnswer,
     Session,
     SessionPool,
     SessionsFull,
@@ -811,6 +813,9 @@ class DataPlane:
                     return request(session)
             except StaleSession:
                 continue
+            except NoAnswer as exc:  # it may have run: never sent again
+                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+                raise error_for("DEADLINE_EXCEEDED", str(exc)) from None
             except (SessionsUnsupported, SessionsFull):
                 return None
             except BulkUnreachable:

@@ -65,6 +65,13 @@ class StaleSession(BulkBroken):
     (it expired idle): nothing happened; retry on a new session."""
 
 
+class NoAnswer(BulkBroken):
+    """The request was sent and no answer came within the I/O timeout: the
+    daemon may have run it (a delete, an ``if_absent`` put, a commit), so it is
+    never sent again, on this path or another; the caller gets
+    DEADLINE_EXCEEDED, which says just that."""
+
+
 class Session:
     """One open session (a connection). Not thread-safe: one request at a time.
 
@@ -215,15 +222,26 @@ class Session:
         self.sock.settimeout(min(self.io_timeout_s, left))
 
     def drain(self) -> None:
-        """Read and drop the replies owed to earlier ``send_only`` requests."""
+        """Read and drop the replies owed to earlier ``send_only`` requests,
+        within the request's deadline (``_begin``): past it DeadlineError and
+        the session is closed (a reply is still on its way)."""
         while self.owed:
             try:
-                status = self._status()
+                status = self._status(self._deadline)
                 if status.code == "OK":
-                    self._frame(MAX_TICKET_BYTES, None)
+                    self._frame(MAX_TICKET_BYTES, self._deadline)
             except (OSError, BulkBroken) as exc:
+                if self._timed_out(exc):
+                    self.in_step = False
+                    raise self._deadline_error("replies owed to earlier requests") from None
                 raise StaleSession(f"pooled bulk session was closed: {exc}") from None
             self.owed -= 1
+
+    def _no_answer(self, what: str) -> NoAnswer:
+        return NoAnswer(
+            f"{what}: sent, and no answer within the bulk channel's I/O timeout "
+            f"({self.io_timeout_s:g} s); the daemon may have run it"
+        )
 
     def send_only(self, op: int, request_msg: Message) -> None:
         """Send a unary request whose answer the caller does not need (a lease
@@ -241,12 +259,14 @@ class Session:
         self, op: int, payload: bytes, timeout_s: float | None
     ) -> dataplane_pb2.TransferStatus:
         """Send a request and read the daemon's first answer; raises its refusal."""
-        self.drain()
         self._begin(timeout_s)
+        self.drain()
         self.in_step = False
         try:
             self.sock.sendall(request(op, payload, timeout_s=timeout_s))
             status = self._first_answer()
+        except TimeoutError:  # (the request's own deadline is DeadlineError)
+            raise self._no_answer(f"bulk session request (op {op})") from None
         except (OSError, BulkBroken) as exc:
             if self.reused:
                 raise StaleSession(f"pooled bulk session was closed: {exc}") from None
@@ -284,8 +304,8 @@ class Session:
             except TiermemClientError as exc:
                 raise refusal(exc) from exc
             return self.send(views)
-        self.drain()
         self._begin(timeout_s)
+        self.drain()
         self.in_step = False
         try:
             head = request(
@@ -300,6 +320,8 @@ class Session:
         except (OSError, BulkBroken) as exc:
             if self._timed_out(exc):
                 raise self._deadline_error("a bulk session put") from None
+            if isinstance(exc, TimeoutError):
+                raise self._no_answer("a bulk session put") from None
             if self.reused:  # closed while pooled (nothing stored of a broken put)
                 raise StaleSession(f"pooled bulk session was closed: {exc}") from None
             raise BulkBroken(f"bulk session put broke: {exc}") from None
@@ -318,14 +340,18 @@ class Session:
     def send(self, views: Sequence[memoryview]) -> dataplane_pb2.TransferStatus:
         """Every object's bytes, in request order; returns the committed status.
         Raises the daemon's error, or BulkBroken (then nothing was stored)."""
+        sent = False
         try:
             for view in views:
                 if len(view):
                     self._sendall(view)
+            sent = True  # from here the daemon may commit at any moment
             status = self._status(self._deadline)
         except (OSError, BulkBroken) as exc:
             if self._timed_out(exc):
                 raise self._deadline_error("sending a bulk session put's bytes") from None
+            if sent and isinstance(exc, TimeoutError):
+                raise self._no_answer("a bulk session put") from None
             raise BulkBroken(f"bulk session put broke: {exc}") from None
         self.in_step = True
         if status.code != "OK":
@@ -421,13 +447,11 @@ class SessionPool:
             with self._lock:
                 owed = self._owed.pop(sock, 0)
             s = Session(sock, reused=True, owed=owed, io_timeout_s=self._io_timeout_s)
-            try:
-                s.drain()
-                if _peer_closed(sock):  # closed while pooled: nothing sent yet
-                    raise StaleSession(f"pooled bulk session to {address} was closed")
-            except StaleSession:
+            # (owed replies are read by the request itself, within its deadline;
+            # while they wait the socket is readable and is not taken for closed)
+            if _peer_closed(sock):  # closed while pooled: nothing sent yet
                 sock.close()
-                raise
+                raise StaleSession(f"pooled bulk session to {address} was closed")
         else:
             s = Session(self._open(address), False, io_timeout_s=self._io_timeout_s)
         try:
