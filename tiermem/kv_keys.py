@@ -17,7 +17,8 @@ import hashlib
 import re
 
 MAX_MODEL_BYTES = 256
-_DTYPE_RE = re.compile(r"^[A-Za-z0-9_]{1,32}$")
+#: ``fullmatch`` only: with ``match``, ``$`` also matched before a final newline
+_DTYPE_RE = re.compile(r"[A-Za-z0-9_]{1,32}")
 
 
 def scope_problem(model: str, world_size: int, worker_id: int, dtype: str) -> str | None:
@@ -30,7 +31,7 @@ def scope_problem(model: str, world_size: int, worker_id: int, dtype: str) -> st
         return "scope.world_size must be at least 1"
     if worker_id >= world_size:
         return f"scope.worker_id {worker_id} is not below world_size {world_size}"
-    if not _DTYPE_RE.match(dtype):
+    if not _DTYPE_RE.fullmatch(dtype):
         return f"scope.dtype {dtype[:40]!r} must be a dtype name like 'bfloat16'"
     return None
 

@@ -1,8 +1,8 @@
 """Names checked against a character pattern refuse a trailing newline: with
 ``re.match`` and ``^...$`` the ``$`` also matched just before a final ``\\n``,
 so ``"team\\n"`` passed as a namespace, a collection, a payload or filter
-field and an embedding space (names that reach metric labels, log lines and
-table names)."""
+field, an embedding space and a KV scope's dtype (names that reach metric
+labels, log lines, table names and object keys)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from tiermem.kv_keys import scope_problem
 from tiermem.server.blobs.model import space_name
 from tiermem.server.config import VectorsConfig
 from tiermem.server.errors import InvalidArgument
@@ -29,6 +30,12 @@ def _filter_field(name: str) -> None:
     check_filter(VectorsConfig(), Filter((Condition(name, FilterOp.EQ, ("v",)),)))
 
 
+def _kv_dtype(name: str) -> None:
+    problem = scope_problem("model", 1, 0, name.replace("-", "_"))  # dtypes have no "-"
+    if problem is not None:
+        raise InvalidArgument(problem)
+
+
 CHECKS: dict[str, Callable[[str], object]] = {
     "namespace": validate_namespace,
     "object key's namespace": lambda n: ObjectKey.checked(n, 1, "k"),
@@ -36,6 +43,7 @@ CHECKS: dict[str, Callable[[str], object]] = {
     "payload field": _payload_field,
     "filter field": _filter_field,
     "embedding space": space_name,
+    "KV scope dtype": _kv_dtype,
 }
 
 
