@@ -195,10 +195,20 @@ class PayloadColumns:
     ) -> PayloadColumns:
         cols = cls()
         cols.size = size
+        # A snapshot holds the columns as long as they were: they grow only when
+        # an upsert carries payloads (or a filter runs), so after upserts
+        # without any they are shorter than the slots; the cells past their end
+        # are absent (NaN, -1), and every column covers all ``size`` slots.
         for i, name in enumerate(desc.get("num", [])):
-            cols.num[name] = np.array(arrays[f"num{i}"], dtype=np.float64)
+            num = np.full(size, np.nan)
+            saved = np.asarray(arrays[f"num{i}"], dtype=np.float64)[:size]
+            num[: len(saved)] = saved
+            cols.num[name] = num
         for i, (name, words) in enumerate(desc.get("str", [])):
-            cols.codes[name] = np.array(arrays[f"str{i}"], dtype=np.int32)
+            codes = np.full(size, -1, dtype=np.int32)
+            saved_codes = np.asarray(arrays[f"str{i}"], dtype=np.int32)[:size]
+            codes[: len(saved_codes)] = saved_codes
+            cols.codes[name] = codes
             cols.vocab[name] = {w: j for j, w in enumerate(words)}
         return cols
 
