@@ -284,8 +284,8 @@ class VectorService:
             if existing is not None:
                 old = existing.spec
                 same = (old.dimension, old.metric, old.index) == (dimension, metric, index)
-                if if_absent and same:
-                    return self.describe(namespace, name), False
+                if if_absent and same:  # (``describe`` would take ``_lock`` again)
+                    return self._info(existing), False
                 raise AlreadyExists(
                     f"collection {namespace}/{name} exists (dimension {old.dimension}, "
                     f"{old.metric.name}, {old.index.name})"
@@ -357,10 +357,16 @@ class VectorService:
         return True
 
     def _drop(self, col: Collection) -> None:
+        spec = col.spec
         with col.lock.write():
             col.dropped = True
             col.state = None
-            self.log.drop(col.record)
+            # The name left the registry before this wait for the lock; a create
+            # of the same name may have written its own record since (under
+            # ``_lock``, as this check is made): that record is not ours to delete.
+            with self._lock:
+                reused = (spec.namespace, spec.name) in self._collections
+                self.log.drop(col.record, keep_name=reused)
         shutil.rmtree(col.root, ignore_errors=True)
         self.metrics.vector_ops.labels("drop").inc()
 
@@ -717,7 +723,13 @@ class VectorService:
         rec.snapshot_bytes = info.size_bytes
         rec.snapshot_count = info.count
         rec.snapshot_built = int(state.built)  # type: ignore[assignment]
-        self.log.put_record(rec, trim_log_to=info.seq)
+        with self._lock:
+            if self._collections.get((col.spec.namespace, col.spec.name)) is not col:
+                # being dropped (it left the registry first): its record's key may
+                # already name a new collection of the same name; ``_drop`` removes
+                # this one's files
+                return
+            self.log.put_record(rec, trim_log_to=info.seq)
         col.record = rec
         snapshot.prune(col.root, info.dir_name)
         state.ops_since_snapshot = 0
