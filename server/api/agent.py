@@ -13,7 +13,7 @@ from tiermem.server.model import Tier
 from tiermem.server.operators.runner import OperatorRunner
 from tiermem.server.scratch.records import Record, RecordDurability
 from tiermem.server.scratch.service import NewRecord, ReplayFilter, ScratchService
-from tiermem.server.services.guard import Role
+from tiermem.server.services.guard import Role, current_principal
 from tiermem.server.sessions.model import Grant, OpenSpec, Session, SessionView
 from tiermem.server.sessions.service import SessionService
 from tiermem.v1 import (
@@ -76,6 +76,12 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
         if not namespace:
             parent = self._sessions.get(request.parent) if request.parent else None
             namespace = parent.namespace if parent is not None else "default"
+        # The interceptor checked only a namespace the request names; a child
+        # takes its parent's, which the caller must be granted as well, and a
+        # parent's record changes (its children, its ledger) when a child opens.
+        self._sessions.store.guard.authorize(namespace, Role.WRITE)
+        if request.parent:
+            self._sessions.authorize(request.parent, Role.WRITE)
         spec = OpenSpec(
             parent=request.parent,
             label=request.label,
@@ -110,8 +116,13 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
     def List(
         self, request: sessions_pb2.ListSessionsRequest, context: grpc.ServicerContext
     ) -> sessions_pb2.ListSessionsResponse:
+        who = current_principal.get()  # only sessions of namespaces it may read
         return sessions_pb2.ListSessionsResponse(
-            sessions=[_session_info(v) for v in self._sessions.tree(request.root)]
+            sessions=[
+                _session_info(v)
+                for v in self._sessions.tree(request.root)
+                if who.allows(v.session.namespace or "default", Role.READ)
+            ]
         )
 
     def Close(

@@ -18,15 +18,21 @@ def _scope(args: dict[str, Any], ctx: OperatorContext) -> str:
     session: str = args.get("session") or ctx.session
     if not session:
         raise InvalidArgument("name a session (argument 'session') or invoke in one")
+    ctx.may_read_session(session)
     return session
 
 
 def vector_topk(args: dict[str, Any], ctx: OperatorContext) -> list[dict[str, Any]]:
     indexes = ctx.service("indexes")
-    index = indexes.get(args["collection"])
+    name = args["collection"]
+    if name != "scratch":  # "NAMESPACE/NAME" or a name in "default"
+        namespace, _, _ = name.rpartition("/")
+        ctx.may_read(namespace or "default")
+    index = indexes.get(name)
     if index is None:
         raise NotFound(
-            f"no collection {args['collection']!r}; this daemon has {', '.join(sorted(indexes))}"
+            f"no collection {name!r} ('scratch', or a vector collection 'NAMESPACE/NAME'; "
+            "ListCollections shows a namespace's)"
         )
     if (args["vector"] is None) == (args["text"] is None):
         raise InvalidArgument("pass exactly one of vector and text")
@@ -42,6 +48,11 @@ def vector_topk(args: dict[str, Any], ctx: OperatorContext) -> list[dict[str, An
     session = args["session"] or ctx.session
     if ctx.session and session != ctx.session:
         raise PermissionDenied(f"session {ctx.session!r} may search only its own entries")
+    if name == "scratch":  # every namespace's records: one session's, or a reader of all
+        if session:
+            ctx.may_read_session(session)
+        else:
+            ctx.may_read("*")
     flt: dict[str, Any] = {"kinds": set(args["kinds"] or ()), "tags": set(args["tags"] or ())}
     if session:
         flt["session"] = session

@@ -31,6 +31,7 @@ def load_record_json(ctx: OperatorContext, key: str, session: str) -> Any:
     owner = session or ctx.session
     if not owner:
         raise InvalidArgument("record_key needs a session: invoke in one or pass record_session")
+    ctx.may_read_session(owner)
     records = ctx.service("scratch").replay(owner, ReplayFilter(key=key), caller=ctx.session)
     if not records:
         raise NotFound(f"no scratch record with key {key!r} in session {owner!r}")

@@ -56,7 +56,13 @@ class OperatorContext:
     DeadlineExceeded once the call's time is up or it was abandoned."""
 
     def __init__(
-        self, limit_s: float, session: str, services: Mapping[str, Any], limits: Mapping[str, int]
+        self,
+        limit_s: float,
+        session: str,
+        services: Mapping[str, Any],
+        limits: Mapping[str, int],
+        may_read: Callable[[str], None] | None = None,
+        may_read_session: Callable[[str], None] | None = None,
     ) -> None:
         self.limit_s = limit_s
         self.deadline = time.monotonic() + limit_s
@@ -64,6 +70,20 @@ class OperatorContext:
         self.services = services
         self.limits = limits
         self.cancelled = threading.Event()
+        self._may_read = may_read
+        self._may_read_session = may_read_session
+
+    def may_read(self, namespace: str) -> None:
+        """Raise PermissionDenied unless the caller may read ``namespace``: an
+        operator checks every namespace it reads data of, as the gRPC methods
+        that read it directly do."""
+        if self._may_read is not None:
+            self._may_read(namespace)
+
+    def may_read_session(self, session: str) -> None:
+        """``may_read`` of the namespace that ``session`` belongs to."""
+        if self._may_read_session is not None:
+            self._may_read_session(session)
 
     def check(self) -> None:
         if self.cancelled.is_set() or time.monotonic() > self.deadline:

@@ -17,7 +17,9 @@ bounds integer sizes; a MemoryError is reported as RESOURCE_EXHAUSTED.
 
 from __future__ import annotations
 
+import contextvars
 import json
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -35,6 +37,7 @@ from tiermem.server.errors import (
 )
 from tiermem.server.metrics import Metrics
 from tiermem.server.operators.registry import Operator, OperatorContext, OperatorRegistry
+from tiermem.server.services.guard import Role
 from tiermem.server.sessions.service import SessionService
 
 
@@ -98,7 +101,7 @@ class OperatorRunner:
             )
         try:
             raw = json.loads(args_json) if args_json.strip() else {}
-        except json.JSONDecodeError as exc:
+        except (ValueError, RecursionError) as exc:  # (JSONDecodeError is a ValueError)
             raise InvalidArgument(f"args_json is not valid JSON: {exc}") from None
         if not isinstance(raw, dict):
             raise InvalidArgument("args_json must be a JSON object")
@@ -109,14 +112,24 @@ class OperatorRunner:
         if session:
             self.sessions.require_open(session)
             self.sessions.touch(session)
-        if timeout_s < 0 or timeout_s > cfg.max_timeout_s:
+        if not math.isfinite(timeout_s) or not 0 <= timeout_s <= cfg.max_timeout_s:
             raise InvalidArgument(
                 f"timeout_s {timeout_s} is outside 0..{cfg.max_timeout_s} "
                 "(agent.operators.max_timeout_s)"
             )
         limit = timeout_s or self.timeout_of(op)
-        ctx = OperatorContext(limit, session, self.services, self._limits)
-        future = self._pool.submit(_run, op, args, ctx)
+        guard = self.sessions.store.guard
+        ctx = OperatorContext(
+            limit,
+            session,
+            self.services,
+            self._limits,
+            may_read=lambda namespace: guard.authorize(namespace, Role.READ),
+            may_read_session=lambda s: self.sessions.authorize(s, Role.READ),
+        )
+        # the operator's thread runs as the caller (its principal, deadline and
+        # request id), so the checks it makes are the caller's
+        future = self._pool.submit(contextvars.copy_context().run, _run, op, args, ctx)
         try:
             result = future.result(timeout=limit)
         except FutureTimeout:
@@ -151,3 +164,10 @@ def _run(op: Operator, args: dict[str, Any], ctx: OperatorContext) -> Any:
         raise CapacityExceeded(f"operator {op.name} ran out of memory") from None
     except RecursionError:
         raise InvalidArgument(f"operator {op.name}: the input nests too deeply") from None
+    except (TypeError, ValueError, OverflowError) as exc:
+        # arguments of the right JSON type but unusable (a list of lists where
+        # numbers go, a number too large for a float): the caller's input, not
+        # the daemon's fault
+        raise InvalidArgument(
+            f"operator {op.name} cannot use its arguments: {type(exc).__name__}: {exc}"
+        ) from None
