@@ -515,6 +515,12 @@ class ScratchService:
         """Records of ``session`` matching ``flt`` in id order (buffered ones included)."""
         prefixes = self.sessions.scratch_prefixes(caller, session)
         self.sessions.require_open(session)
+        # What is buffered is taken before RocksDB is read: a flush that commits
+        # between the two reads moves records from the buffer to RocksDB, and
+        # read the other way round they were in neither (a record in both is
+        # the same record).
+        with self._lock:
+            pending = [r for r in (*self._flushing, *self._buffer) if r.session == session]
         found: dict[int, Record] = {}
         if flt.key:
             raw = self.rocks.get(CF, _keyed_key(session, flt.key))
@@ -527,10 +533,8 @@ class ScratchService:
             for msg in decode_batch(value, f"of session {session!r}"):
                 r = from_stored(msg)
                 found[r.id] = r
-        with self._lock:
-            pending = [r for r in (*self._flushing, *self._buffer) if r.session == session]
         for r in pending:
-            found[r.id] = r
+            found.setdefault(r.id, r)
         latest: dict[str, Record] = {}
         out: list[Record] = []
         for r in sorted(found.values(), key=lambda r: r.id):
