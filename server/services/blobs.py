@@ -1199,7 +1199,7 @@ class BlobService:
                 f"page_size {page_size} exceeds the limit of {self._list_page_max}"
             )
         page_size = page_size or min(100, self._list_page_max)
-        start = _decode_token(page_token)
+        start = _decode_token(page_token, blob_key(namespace, ""))
         prefix = blob_key(namespace, flt.key_prefix)
         out: list[BlobInfo] = []
         last = b""
@@ -1433,13 +1433,19 @@ def _encode_token(key: bytes) -> str:
     return base64.urlsafe_b64encode(key).decode()
 
 
-def _decode_token(token: str) -> bytes | None:
+def _decode_token(token: str, namespace_prefix: bytes) -> bytes | None:
+    """The key a listing of the namespace whose keys start with
+    ``namespace_prefix`` resumes after. Decoded strictly (the lenient decoder
+    skips characters outside the alphabet, so garbage read as the start)."""
     if not token:
         return None
     try:
-        return base64.urlsafe_b64decode(token.encode())
+        key = base64.b64decode(token.encode(), altchars=b"-_", validate=True)
     except (binascii.Error, ValueError):
-        raise InvalidArgument("page_token is not one this server issued") from None
+        key = b""
+    if not key.startswith(namespace_prefix):
+        raise InvalidArgument("page_token is not one this server issued for this namespace")
+    return key
 
 
 def _page_round(n: int, page: int = 4096) -> int:
