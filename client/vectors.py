@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tiermem.client._transport import Transport
+from tiermem.client.errors import InvalidArgumentError
 from tiermem.client.types import Kind, Tier
 from tiermem.v1 import common_pb2, vectors_pb2, vectors_pb2_grpc
 
@@ -424,25 +425,48 @@ class VectorClient:
         q = np.ascontiguousarray(queries, dtype="<f4")
         if q.ndim == 1:
             q = q.reshape(1, -1)
+        if len(q) == 0:
+            raise ValueError("search needs at least one query row")
         flt = filter_msg(where, session)
         ref = self._ref(name, namespace)
+        # payloads are guessed at 512 bytes a hit; a reply that would be larger
+        # than a message is refused by the daemon, and the part is split
         per_query = max(4 * q.shape[1], 12 * k + (512 * k if include_payloads else 0))
-        ids, dists = [], []
-        payloads: builtins.list[builtins.list[Payload | None]] = []
-        for part in _chunks(len(q), per_query, self.max_message_bytes):
+
+        def search_rows(rows: slice) -> builtins.list[vectors_pb2.SearchResponse]:
             request = vectors_pb2.SearchRequest(
                 collection=ref,
-                queries=q[part].tobytes(),
+                queries=q[rows].tobytes(),
                 k=k,
                 filter=flt,
                 include_payloads=include_payloads,
                 hnsw_ef_search=ef_search,
                 ivf_nprobe=nprobe,
             )
-            reply = self._call(
-                lambda t, r=request: self._stub.Search(r, timeout=t, metadata=self._md),  # type: ignore[misc]
-                timeout_s,
-            )
+            try:
+                return [
+                    self._call(
+                        lambda t: self._stub.Search(request, timeout=t, metadata=self._md),
+                        timeout_s,
+                    )
+                ]
+            except InvalidArgumentError as exc:
+                n = rows.stop - rows.start
+                if n < 2 or not exc.message.startswith("results with payloads are"):
+                    raise
+                middle = rows.start + n // 2
+                return search_rows(slice(rows.start, middle)) + search_rows(
+                    slice(middle, rows.stop)
+                )
+
+        ids, dists = [], []
+        payloads: builtins.list[builtins.list[Payload | None]] = []
+        replies = [
+            reply
+            for part in _chunks(len(q), per_query, self.max_message_bytes)
+            for reply in search_rows(part)
+        ]
+        for reply in replies:
             shape = (reply.nq, reply.k)
             ids.append(np.frombuffer(reply.ids, dtype="<i8").reshape(shape))
             dists.append(np.frombuffer(reply.distances, dtype="<f4").reshape(shape))

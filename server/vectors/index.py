@@ -77,11 +77,19 @@ def new_index(kind: IndexKind, dimension: int, metric: Metric, params: IndexPara
     raise InvariantViolation(f"new_index cannot build {kind!r} without training data")
 
 
+#: Training vectors per IVF list that faiss's k-means asks for at least.
+MIN_POINTS_PER_LIST = 39
+
+
 def train_ivf_pq(
     vectors: F32, dimension: int, metric: Metric, params: IndexParams, seed: int = 1234
 ) -> tuple[Any, IndexParams]:
-    """Train an empty IVF_PQ index on ``vectors``; returns it with the parameters used."""
+    """Train an empty IVF_PQ index on ``vectors``; returns it with the parameters used.
+    An ``ivf_nlist`` asked for is capped at one list per 39 training vectors
+    (faiss's own minimum for k-means): more lists than that cannot be trained,
+    and the collection retried and failed its training at every maintenance."""
     nlist = params.ivf_nlist or nlist_for(len(vectors))
+    nlist = max(1, min(nlist, len(vectors) // MIN_POINTS_PER_LIST))
     pq_m = params.pq_m or pq_m_for(dimension)
     quantizer = faiss.IndexFlat(dimension, faiss_metric(metric))
     index = faiss.IndexIVFPQ(

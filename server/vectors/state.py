@@ -182,7 +182,9 @@ class State:
         safe = np.where(valid, slots, 0)
         valid &= self.live[safe]
         ids = np.where(valid, self.slot_ids[safe], -1)
-        return np.asarray(distances, dtype=np.float32), ids
+        # a missing result's distance is NaN, as when nothing matched at all
+        # (faiss fills its own gaps with the largest float)
+        return np.where(valid, np.asarray(distances, dtype=np.float32), np.float32(np.nan)), ids
 
     def live_slots(self) -> I64:
         return np.flatnonzero(self.live[: self.next_slot]).astype(np.int64)

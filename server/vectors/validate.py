@@ -77,6 +77,14 @@ def check_ids(cfg: VectorsConfig, ids: I64) -> I64:
     return ids
 
 
+#: Largest squared Euclidean norm of a stored or query vector: any distance or
+#: inner product between two such vectors (at most 4x this) stays below
+#: float32's largest value. A larger finite vector was stored, and then no
+#: search ever returned it (its distances overflowed to infinity).
+MAX_SQUARED_NORM = float(np.finfo(np.float32).max) / 4
+MAX_NORM = MAX_SQUARED_NORM**0.5
+
+
 def check_vectors(
     cfg: VectorsConfig, vectors: F32, spec: CollectionSpec, n: int | None, what: str
 ) -> F32:
@@ -111,6 +119,14 @@ def check_vectors(
     if not finite.all():
         row = int(np.flatnonzero(~finite)[0])
         raise InvalidArgument(f"{what} row {row} has NaN or infinite values")
+    squared = np.einsum("ij,ij->i", arr, arr, dtype=np.float64)
+    too_long = squared > MAX_SQUARED_NORM
+    if too_long.any():
+        row = int(np.flatnonzero(too_long)[0])
+        raise InvalidArgument(
+            f"{what} row {row} has a Euclidean norm of {float(np.sqrt(squared[row])):.3g}; "
+            f"at most {MAX_NORM:.3g}, so that distances stay finite in float32"
+        )
     return arr
 
 
