@@ -172,6 +172,20 @@ def search(
     return distances, labels
 
 
+def search_among(index: Any, kind: IndexKind, queries: F32, k: int, slots: I64) -> tuple[F32, I64]:
+    """``search`` restricted to ``slots``, exactly: their stored vectors compared
+    with every query (FLAT/HNSW). For a selective filter on an HNSW graph: its
+    walk stops after ``efSearch`` candidates, and when few vectors match, most
+    candidates are filtered out and fewer than k results came back although k
+    matched."""
+    vectors = reconstruct(index, kind, slots)
+    flat = faiss.IndexFlat(int(index.d), int(index.metric_type))
+    flat.add(vectors)
+    distances, rows = flat.search(queries, k)
+    found = rows >= 0
+    return distances, np.where(found, slots[np.where(found, rows, 0)], -1)
+
+
 def memory_bytes(index: Any, kind: IndexKind) -> int:
     """Approximate resident bytes of the index's data structures."""
     if index is None:
