@@ -139,7 +139,7 @@ class SessionsClient:
         )
         for grant in grants:
             request.grants.add(
-                namespace=grant.namespace or namespace or "default",
+                namespace=grant.namespace or namespace or "",  # "": the session's
                 kind=int(grant.kind),
                 key_prefix=grant.key_prefix,
             )

@@ -88,7 +88,11 @@ class SessionServicer(sessions_pb2_grpc.SessionServiceServicer):
             quotas={_tier(int(q.tier)): int(q.bytes) for q in request.quotas},
             ttl_s=int(request.ttl_s),
             lease_s=int(request.lease_s),
-            grants=[Grant.checked(g.namespace, int(g.kind), g.key_prefix) for g in request.grants],
+            # a grant naming no namespace is for the session's own
+            grants=[
+                Grant.checked(g.namespace or namespace, int(g.kind), g.key_prefix)
+                for g in request.grants
+            ],
             namespace=namespace,
             id=request.id,
         )

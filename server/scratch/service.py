@@ -29,7 +29,7 @@ import logging
 import struct
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -545,9 +545,7 @@ class ScratchService:
         out.extend(latest.values())
         out.sort(key=lambda r: r.id)
         result = [
-            r
-            for r in out
-            if flt.matches(r) and (prefixes is None or any(r.key.startswith(p) for p in prefixes))
+            r for r in out if flt.matches(r) and (prefixes is None or _granted(r.key, prefixes))
         ]
         return result[: flt.limit] if flt.limit else result
 
@@ -586,7 +584,7 @@ class ScratchService:
             rec = values[loc].get(hit.id)
             if rec is None:
                 continue
-            if prefixes is not None and not any(rec.key.startswith(p) for p in prefixes):
+            if prefixes is not None and not _granted(rec.key, prefixes):
                 continue
             out.append((rec, hit.score))
             if len(out) >= k:
@@ -732,3 +730,10 @@ __all__ = [
     "ScratchService",
     "ScratchStats",
 ]
+
+
+def _granted(key: str, prefixes: Sequence[str]) -> bool:
+    """Whether a record with ``key`` is shared by a SCRATCH grant of ``prefixes``:
+    grants share keyed records only (an empty prefix shares every keyed one,
+    never the unkeyed records, which are the session's own notes)."""
+    return bool(key) and any(key.startswith(p) for p in prefixes)

@@ -106,7 +106,8 @@ Global___TierQuota: _TypeAlias = TierQuota  # noqa: Y015
 class Grant(_message.Message):
     """Read-only access for a child to objects an ancestor owns: every object of
     `kind` in `namespace` whose key starts with `key_prefix` (for SCRATCH: the
-    ancestor's scratchpad records whose key starts with it). Nothing is copied.
+    ancestor's keyed scratchpad records whose key starts with it; unkeyed
+    records are never shared). Nothing is copied.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -115,6 +116,7 @@ class Grant(_message.Message):
     KIND_FIELD_NUMBER: _builtins.int
     KEY_PREFIX_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
+    """"" = the session's namespace"""
     kind: _common_pb2.Kind.ValueType
     key_prefix: _builtins.str
     def __init__(
@@ -153,7 +155,7 @@ class OpenSessionRequest(_message.Message):
     lease_s: _builtins.int
     """closed (ABANDONED) after this long without a heartbeat; 0 = never"""
     namespace: _builtins.str
-    """"" = "default" """
+    """"" = the parent's, or "default" for a root session"""
     id: _builtins.str
     """"" = the daemon picks one"""
     @_builtins.property
