@@ -68,6 +68,7 @@ from tiermem.server.services.recovery import RecoveryReport, recover
 from tiermem.server.services.remote import RemoteService
 from tiermem.server.services.store import Store
 from tiermem.server.services.vectors import VectorService
+from tiermem.server.sessions.cleanup import Freed, Usage
 from tiermem.server.sessions.guard import SessionGuard
 from tiermem.server.sessions.service import SessionService
 from tiermem.server.storage.rocks import RocksStore
@@ -237,7 +238,12 @@ class Daemon:
         )
         self.admin.usage_sources.append(self.vectors.usage)
         # sessions free the collections they own; vector.topk searches collections too
-        self.sessions.cleanup.register_callable("vectors", self.vectors.drop_session)
+        vectors = self.vectors
+        self.sessions.cleanup.register_callable(
+            "vectors",
+            lambda session: Freed(*vectors.drop_session_sized(session)),
+            usage=lambda session: Usage(vectors.session_usage(session)),
+        )
         self.operators.services["indexes"] = CollectionIndexes(self.memory_index, self.vectors)
         self.blobs = BlobService(
             cfg.blobs,
@@ -373,7 +379,7 @@ class Daemon:
         )
         if self.config.vectors.enabled:
             vectors_pb2_grpc.add_VectorServiceServicer_to_server(
-                VectorServicer(self.vectors), server
+                VectorServicer(self.vectors, self.sessions), server
             )
         if self.config.blobs.enabled:
             blobs_pb2_grpc.add_BlobServiceServicer_to_server(

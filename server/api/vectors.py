@@ -6,8 +6,10 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from tiermem.server.errors import InvalidArgument
+from tiermem.server.api.convert import acting_session
+from tiermem.server.errors import InvalidArgument, PermissionDenied
 from tiermem.server.services.vectors import CollectionInfo, VectorService
+from tiermem.server.sessions.service import SessionService
 from tiermem.server.vectors.payloads import scalar
 from tiermem.server.vectors.types import (
     Condition,
@@ -88,13 +90,33 @@ def info_to_proto(info: CollectionInfo) -> vectors_pb2.CollectionInfo:
 
 
 class VectorServicer(vectors_pb2_grpc.VectorServiceServicer):
-    def __init__(self, vectors: VectorService) -> None:
+    def __init__(self, vectors: VectorService, sessions: SessionService | None = None) -> None:
         self._vectors = vectors
+        self._sessions = sessions
+
+    def _owner(self, named: str, caller: str) -> str:
+        """The session a new collection belongs to, by the rule for object puts:
+        a caller acting as a session creates only as itself, and a session that
+        was opened must still be open (a collection of a closed one would never
+        be dropped by any close)."""
+        owner = named or caller
+        if caller and owner != caller:
+            raise PermissionDenied(
+                f"session {caller!r} may create collections only as itself, not as {owner!r}"
+            )
+        sessions = self._sessions
+        known = sessions is not None and (
+            sessions.get(owner) is not None or sessions.was_closed(owner)
+        )
+        if owner and known and sessions is not None:
+            sessions.require_open(owner)
+        return owner
 
     def CreateCollection(
         self, request: vectors_pb2.CreateCollectionRequest, context: grpc.ServicerContext
     ) -> vectors_pb2.CreateCollectionResponse:
         ref = request.collection
+        owner = self._owner(request.session, acting_session(context))
         info, created = self._vectors.create(
             ref.namespace,
             ref.name,
@@ -102,7 +124,7 @@ class VectorServicer(vectors_pb2_grpc.VectorServiceServicer):
             Metric(_enum(Metric, int(request.metric), Metric.L2, "metric")),
             IndexKind(_enum(IndexKind, int(request.index_type), IndexKind.AUTO, "index type")),
             params_from_proto(request.params),
-            request.session,
+            owner,
             request.if_absent,
         )
         return vectors_pb2.CreateCollectionResponse(info=info_to_proto(info), created=created)

@@ -370,6 +370,27 @@ class VectorService:
         shutil.rmtree(col.root, ignore_errors=True)
         self.metrics.vector_ops.labels("drop").inc()
 
+    def session_usage(self, session: str) -> dict[Tier, tuple[int, int]]:
+        """(bytes, collections) per tier that ``session``'s collections hold: a
+        loaded one its memory (DRAM, or HBM with a GPU mirror), an unloaded one
+        its snapshot on SSD. Counts toward the session's quotas."""
+        usage: dict[Tier, tuple[int, int]] = {}
+        for col in self._all():
+            if col.spec.session != session:
+                continue
+            info = self._info(col)
+            nbytes = info.memory_bytes if info.loaded else info.snapshot_bytes
+            held, count = usage.get(info.tier, (0, 0))
+            usage[info.tier] = (held + nbytes, count + 1)
+        return usage
+
+    def drop_session_sized(self, session: str) -> tuple[dict[Tier, int], int]:
+        """``drop_session``, returning what it freed: bytes per tier (as
+        ``session_usage`` counts them) and how many collections."""
+        usage = self.session_usage(session)
+        dropped = self.drop_session(session)
+        return {tier: nbytes for tier, (nbytes, _n) in usage.items()}, dropped
+
     def drop_session(self, session: str, namespace: str | None = None) -> int:
         """Drop every collection owned by ``session`` (in ``namespace``, or in all);
         returns how many. For the sessions service: closing a session calls it."""
