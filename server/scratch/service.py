@@ -45,6 +45,7 @@ from tiermem.server.scratch.batching import plan_batch
 from tiermem.server.scratch.log import GroupCommitLog, frame
 from tiermem.server.scratch.memory_index import MemoryIndex
 from tiermem.server.scratch.records import (
+    RECORD_OVERHEAD_BYTES,
     Record,
     RecordDurability,
     RecordKind,
@@ -218,10 +219,17 @@ class ScratchService:
         if not records:
             return 0, 0
         self.sessions.check_scratch_write(caller, session)
-        self.sessions.require_open(session)
+        opened = self.sessions.require_open(session)
         cfg = self.config
         for r in records:
             validate_record(r.kind, r.key, r.payload, r.tags, cfg.max_record_bytes, cfg.max_tags)
+        # records count toward the session's quotas as ``session_usage`` counts
+        # them: buffered in DRAM, then stored on SSD with an index entry in DRAM
+        # (charged here at the larger of the two)
+        nbytes = sum(RECORD_OVERHEAD_BYTES + len(r.payload) + len(r.key) for r in records)
+        index = len(records) * self._index_entry_bytes()
+        charges = {Tier.DRAM: max(nbytes, index), Tier.SSD: nbytes}
+        self.sessions.check_quota(opened, charges, {})
         self.sessions.touch(session)
         return self._append_checked(session, records)
 
