@@ -124,7 +124,8 @@ class SessionsClient:
     ) -> SessionInfo:
         """Open a session (a child of ``parent`` if set). ``quotas``: bytes per
         tier; ``ttl_s``: closed after this long; ``lease_s``: closed after this
-        long without a heartbeat (any call naming it counts)."""
+        long without a heartbeat (any call made as it counts, reads included,
+        and its scratchpad calls)."""
         request = sessions_pb2.OpenSessionRequest(
             parent=parent,
             label=label,

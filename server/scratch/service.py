@@ -523,6 +523,8 @@ class ScratchService:
         """Records of ``session`` matching ``flt`` in id order (buffered ones included)."""
         prefixes = self.sessions.scratch_prefixes(caller, session)
         self.sessions.require_open(session)
+        if not caller or caller == session:  # its own reads renew its lease, as writes do
+            self.sessions.touch(session)
         # What is buffered is taken before RocksDB is read: a flush that commits
         # between the two reads moves records from the buffer to RocksDB, and
         # read the other way round they were in neither (a record in both is
@@ -569,6 +571,8 @@ class ScratchService:
         """The ``k`` flushed records of ``session`` closest in meaning to ``text``."""
         prefixes = self.sessions.scratch_prefixes(caller, session)
         self.sessions.require_open(session)
+        if not caller or caller == session:  # its own reads renew its lease, as writes do
+            self.sessions.touch(session)
         k = min(max(k, 1), 1000)
         vector = self.embedder.embed([text])[0]
         flt = {"session": session, "kinds": set(kinds), "tags": set(tags)}

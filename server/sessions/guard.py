@@ -34,6 +34,8 @@ class SessionGuard:
 
     def check_access(self, meta: ObjectMeta, caller: str, write: bool) -> None:
         owner = meta.session
+        if caller:  # every call made as a session renews its lease, reads included
+            self._sessions.touch(caller)
         if not owner or owner == caller:
             return
         sessions = self._sessions
