@@ -329,30 +329,34 @@ class ScratchService:
     def _append_write_through(
         self, session: str, records: list[NewRecord], now: int
     ) -> tuple[int, int]:
-        with self._lock:
-            self._still_open(session)
-            first = self._next_id
-            batch = [
-                Record(
-                    id=first + i,
-                    session=session,
-                    ts_ms=r.ts_ms or now,
-                    kind=int(r.kind),
-                    key=r.key,
-                    payload=r.payload,
-                    tags=tuple(r.tags),
-                    key_node=r.key_node,
-                    durability=RecordDurability.SYNC,
-                )
-                for i, r in enumerate(records)
-            ]
-            self._next_id += len(records)
-            self._stats.appended_records += len(records)
-            self._per_session.setdefault(session, _SessionScratch())
-        self.metrics.scratch_appended.inc(len(records))
+        # The flush lock is held from the check that the session is open to the
+        # commit: a close drops the session's records under it, so it runs
+        # before the check (refused) or after the commit (dropped); in between,
+        # a record was stored for a closed session and never freed.
         with self._flush_lock:
+            with self._lock:
+                self._still_open(session)
+                first = self._next_id
+                batch = [
+                    Record(
+                        id=first + i,
+                        session=session,
+                        ts_ms=r.ts_ms or now,
+                        kind=int(r.kind),
+                        key=r.key,
+                        payload=r.payload,
+                        tags=tuple(r.tags),
+                        key_node=r.key_node,
+                        durability=RecordDurability.SYNC,
+                    )
+                    for i, r in enumerate(records)
+                ]
+                self._next_id += len(records)
+                self._stats.appended_records += len(records)
+                self._per_session.setdefault(session, _SessionScratch())
             for rec in batch:
                 self._commit([rec], "write_through")
+        self.metrics.scratch_appended.inc(len(records))
         return first, len(records)
 
     # -- flush -------------------------------------------------------------------------
