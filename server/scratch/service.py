@@ -68,6 +68,11 @@ log = logging.getLogger(__name__)
 
 _ID = struct.Struct(">Q")
 _FLUSHED_UPTO = b"scratch.flushed_upto"
+#: + session: the highest record id assigned when that session's records were
+#: dropped (its close). The group-commit log may still hold them, and a new
+#: session can reuse the id: recovery skips the log's records of that session
+#: up to this id, then forgets these marks once the old logs are gone.
+_DROPPED_UPTO = b"scratch.dropped_upto\x00"
 CF = "scratch"
 #: How long an append waits for room in a full buffer before RESOURCE_EXHAUSTED.
 _BACKPRESSURE_WAIT_S = 30.0
@@ -621,8 +626,10 @@ class ScratchService:
                 for key in [k for k in self._keyed if k[0] == session]:
                     del self._keyed[key]
                 self._space.notify_all()
+                dropped_upto = self._next_id - 1
             prefix = session.encode() + b"\x00"
             batch = self.rocks.batch()
+            batch.put("meta", _DROPPED_UPTO + session.encode(), _ID.pack(dropped_upto))
             ids: list[int] = []
             for tag in (b"b", b"k"):
                 for raw_key, value in self.rocks.scan(CF, tag + prefix):
@@ -707,6 +714,10 @@ class ScratchService:
         orphans.commit(sync=True)
         if ids:
             self.index.add_batch(np.asarray(ids, np.int64), np.stack(vectors), payloads)
+        dropped = {
+            raw_key[len(_DROPPED_UPTO) :].decode(): _ID.unpack(value)[0]
+            for raw_key, value in self.rocks.scan("meta", _DROPPED_UPTO)
+        }
         replayed = 0
         old_logs = self._log.existing()
         for seq, path in old_logs:
@@ -715,6 +726,8 @@ class ScratchService:
             for msg in GroupCommitLog.replay(path):
                 top = max(top, int(msg.id))
                 if msg.id <= self._flushed_upto or msg.session not in open_sessions:
+                    continue
+                if msg.id <= dropped.get(msg.session, 0):  # dropped by a close
                     continue
                 r = from_stored(msg)
                 r.flushed = False
@@ -730,6 +743,11 @@ class ScratchService:
             self._buffer_since = time.monotonic()
             self.flush("recovery")
         self._log.remove_before(self._log.current_seq)
+        if dropped:  # the logs they were for are gone
+            forget = self.rocks.batch()
+            for session in dropped:
+                forget.delete("meta", _DROPPED_UPTO + session.encode())
+            forget.commit(sync=False)
         if replayed:
             log.info("scratchpad: %d logged records recovered and flushed", replayed)
         return replayed
