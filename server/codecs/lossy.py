@@ -78,17 +78,20 @@ def encode(codec: str, raw: memoryview, tensor: TensorInfo) -> Encoded | None:
     channels = int(tensor.shape[-1])
     rows = x.reshape(-1, channels) if channels else x.reshape(0, 1)
     amax = rows.abs().amax(dim=0) if rows.shape[0] else torch.zeros(channels)
+    qmax = float(torch.finfo(torch.float8_e4m3fn).max) if codec == FP8_E4M3 else 127.0
+    scale = amax / qmax
+    # a channel of subnormals can round its scale to 0 (0/0 would encode NaN):
+    # such a channel, like an all-zero one, gets scale 1
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     if codec == FP8_E4M3:
-        qmax = float(torch.finfo(torch.float8_e4m3fn).max)
-        scale = torch.where(amax > 0, amax / qmax, torch.ones_like(amax))
         codes = (rows / scale).clamp(-qmax, qmax).to(torch.float8_e4m3fn)
-        decoded = codes.float() * scale
     else:
-        scale = torch.where(amax > 0, amax / 127.0, torch.ones_like(amax))
         codes = torch.round(rows / scale).clamp(-127, 127).to(torch.int8)
-        decoded = codes.float() * scale
+    decoded = codes.float() * scale
     # Error against the input after the same rounding to its dtype a decode does.
     restored = decoded.to(getattr(torch, tensor.dtype)).float()
+    if not bool(torch.isfinite(restored).all()):
+        return None  # (a value near the dtype's largest can round past it)
     max_err = float((restored - rows).abs().max()) if rows.numel() else 0.0
     head = _HEAD.pack(MAGIC, _CODEC_IDS[codec], _DTYPE_IDS[tensor.dtype], len(tensor.shape))
     dims = struct.pack(f"<{len(tensor.shape)}Q", *tensor.shape)
@@ -107,6 +110,8 @@ def decode(data: memoryview | bytes, tensor: TensorInfo) -> bytes:
     magic, codec_id, dtype_id, ndim = _HEAD.unpack_from(view)
     if magic != MAGIC or codec_id not in _CODEC_NAMES or dtype_id not in _DTYPE_NAMES:
         raise Corrupted("encoded KV block has a bad header")
+    if not ndim > 0 or len(view) < _HEAD.size + 8 * ndim:
+        raise Corrupted(f"encoded KV block is too short for the {ndim} dimensions it names")
     shape = struct.unpack_from(f"<{ndim}Q", view, _HEAD.size)
     dtype_name = _DTYPE_NAMES[dtype_id]
     if tuple(shape) != tuple(tensor.shape) or dtype_name != tensor.dtype:

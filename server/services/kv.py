@@ -17,6 +17,7 @@ service, so placement, moves, leases and sessions work for them unchanged.
 from __future__ import annotations
 
 import dataclasses
+import math
 from binascii import hexlify
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -392,8 +393,14 @@ class KvService:
         self.objects.receive_into(spec, splitter.take(block.size_bytes), raw.data)
         encoded = lossy.encode(codec, raw.data, tensor)
         bound = profile.lossy_max_error
-        if encoded is None or (bound > 0 and encoded.max_abs_error > bound):
-            # Not representable, or the bound would be broken: keep it lossless.
+        if (
+            encoded is None
+            or not math.isfinite(encoded.max_abs_error)
+            or (bound > 0 and encoded.max_abs_error > bound)
+            or len(encoded.data) >= block.size_bytes
+        ):
+            # Not representable, the bound would be broken, or the encoding is
+            # no smaller (a 1-D or tiny block: a scale per channel): keep it raw.
             payload, used, err = raw.data, "", 0.0
             spec.checksum = None
         else:
