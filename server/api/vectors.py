@@ -8,6 +8,7 @@ import numpy.typing as npt
 
 from tiermem.server.api.convert import acting_session
 from tiermem.server.errors import InvalidArgument, PermissionDenied
+from tiermem.server.services.guard import Role
 from tiermem.server.services.vectors import CollectionInfo, VectorService
 from tiermem.server.sessions.service import SessionService
 from tiermem.server.vectors.payloads import scalar
@@ -110,6 +111,7 @@ class VectorServicer(vectors_pb2_grpc.VectorServiceServicer):
         )
         if owner and known and sessions is not None:
             sessions.require_open(owner)
+            sessions.authorize(owner, Role.WRITE)  # its namespace, as for puts
         return owner
 
     def CreateCollection(

@@ -23,6 +23,7 @@ from __future__ import annotations
 from tiermem.server.catalog.catalog import Entry
 from tiermem.server.errors import NotFound, PermissionDenied
 from tiermem.server.model import Durability, ObjectMeta, Tier
+from tiermem.server.services.guard import Role
 from tiermem.server.services.objects import PutSpec
 from tiermem.server.sessions.model import SessionState
 from tiermem.server.sessions.service import SessionService, _copies
@@ -83,6 +84,10 @@ class SessionGuard:
             if sessions.was_closed(owner):
                 sessions.require_open(owner)  # raises: the session is closed
             return  # an owner tag, not a session
+        # the caller must be granted the owner session's namespace: else a
+        # token of one namespace could charge another's session, and that
+        # session's close would delete the object
+        sessions.authorize(owner, Role.WRITE)
         if session.state != SessionState.OPEN:
             sessions.require_open(owner)  # raises: the session is closing
         sessions.touch(owner)
