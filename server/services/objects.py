@@ -562,6 +562,7 @@ class ObjectService:
                 olds.append((old, old_session, old_version))
             batch = catalog.rocks.batch()
             staged: list[pb.ObjectMeta] = []
+            released: list[tuple[bytes, int, int]] = []  # counted once committed
             for i, (old, old_session, old_version) in enumerate(olds):
                 copy = ssd_copies[i]
                 seg = copy.segment if copy is not None else SEG_NONE
@@ -570,9 +571,10 @@ class ObjectService:
                     catalog.stage_removal(batch, encoded[i], old_session, old.expires_ms)
                     if old.persisted:
                         replaced_inline = old.seg == SEG_INLINE and seg == SEG_INLINE
-                        store.ssd.release(
-                            encoded[i], old.seg, old.size, None if replaced_inline else batch
+                        store.ssd.stage_release(
+                            encoded[i], old.seg, None if replaced_inline else batch
                         )
+                        released.append((encoded[i], old.seg, old.size))
                 staged.append(
                     catalog.stage_record(
                         batch, encoded[i], metas[i], seg, copy.offset if copy is not None else 0
@@ -581,6 +583,8 @@ class ObjectService:
                 if copy is not None:
                     store.ssd.stage(copy, encoded[i], batch)
             batch.commit(sync=False)
+            for key, old_seg, old_size in released:
+                store.ssd.count_release(key, old_seg, old_size)
             for i, (old, _session, _version) in enumerate(olds):
                 copy = ssd_copies[i]
                 loc = locations[i]
@@ -752,13 +756,13 @@ class ObjectService:
                 catalog.stage_removal(batch, encoded, old_session, old.expires_ms)
                 if old.persisted:
                     replaced_inline = old.seg == SEG_INLINE and seg == SEG_INLINE
-                    store.ssd.release(
-                        encoded, old.seg, old.size, None if replaced_inline else batch
-                    )
+                    store.ssd.stage_release(encoded, old.seg, None if replaced_inline else batch)
             catalog.stage_record(batch, encoded, meta, seg, seg_off)
             if ssd_copy is not None:
                 store.ssd.stage(ssd_copy, encoded, batch)
             batch.commit(sync=False)
+            if old is not None and old.persisted:  # counted once the batch is in
+                store.ssd.count_release(encoded, old.seg, old.size)
             catalog.set_row(
                 encoded,
                 meta,

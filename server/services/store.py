@@ -143,9 +143,11 @@ class Store:
                 batch, encoded_key, rec.meta.session if rec is not None else "", entry.expires_ms
             )
             if entry.persisted:
-                self.ssd.release(encoded_key, entry.seg, entry.size, batch)
+                self.ssd.stage_release(encoded_key, entry.seg, batch)
         batch.commit(sync=False)
         for encoded_key, entry in victims:
+            if entry.persisted:  # counted once the batch is in (a failed one changed nothing)
+                self.ssd.count_release(encoded_key, entry.seg, entry.size)
             self.catalog.remove_row(encoded_key)
             self.damage.discard(encoded_key)
             if entry.tier in self.memory:

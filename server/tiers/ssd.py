@@ -94,12 +94,24 @@ class SsdEngine:
 
     def release(self, encoded_key: bytes, segment: int, size: int, batch: Batch | None) -> None:
         """Drop a value's SSD copy. Inline deletes go into ``batch`` (None: the key's
-        value is being replaced in the same batch, so there is nothing to delete)."""
+        value is being replaced in the same batch, so there is nothing to delete).
+        Counts the space free now: a caller whose batch may still fail uses
+        ``stage_release`` and, once the batch is committed, ``count_release``."""
+        self.stage_release(encoded_key, segment, batch)
+        self.count_release(encoded_key, segment, size)
+
+    def stage_release(self, encoded_key: bytes, segment: int, batch: Batch | None) -> None:
+        """The catalog side of ``release``: an inline value's delete, into ``batch``."""
+        if segment == SEG_INLINE and batch is not None:
+            batch.delete("values", encoded_key)
+
+    def count_release(self, encoded_key: bytes, segment: int, size: int) -> None:
+        """The space side of ``release``, after the batch that dropped the copy was
+        committed: a failed commit leaves the copy in place and counted (its
+        segment's live bytes keep compaction from deleting the segment)."""
         if segment == SEG_INLINE:
             with self._lock:
                 self._inline_bytes -= size
-            if batch is not None:
-                batch.delete("values", encoded_key)
         else:
             self.segments.release(segment, len(encoded_key), size)
 
