@@ -32,7 +32,6 @@ from tiermem.server.codecs import lossy
 from tiermem.server.config import KvConfig, RemoteTierConfig
 from tiermem.server.errors import InvalidArgument, NotFound, TiermemError, Unavailable
 from tiermem.server.model import (
-    Durability,
     Kind,
     ObjectKey,
     Precision,
@@ -344,15 +343,16 @@ class KvService:
                 self.objects.abort_staged(st)
             raise
         out: list[BlockStored] = []
+        owed_sync: list[bool] = []
         for k, (st, result) in enumerate(staged):
             try:
-                meta = self.objects.finish(st)
+                meta = self.objects.finish(st, owed_sync)
             except BaseException:
                 for later, _ in staged[k + 1 :]:
                     self.objects.abort_staged(later)
                 raise
             out.append(dataclasses.replace(result, tier=meta.tier))
-        if profile.resolved(Kind.KV_BLOCK).durability == Durability.DURABLE:
+        if owed_sync:  # DURABLE blocks, or blocks replacing DURABLE ones
             self.objects.sync()
         sent = sum(b.size_bytes for b in blocks)
         self.store.metrics.data_bytes.labels("grpc", "in").inc(sent)

@@ -335,11 +335,13 @@ class ObjectService:
         sync: bool = True,
         publish: bool = True,
         admitted: bool = False,
+        owed_sync: list[bool] | None = None,
     ) -> ObjectMeta:
         """Make a filled reservation visible exactly like a put: SSD copy when the
         object is DURABLE or admitted to SSD, engine commit, catalog commit, then
-        (DURABLE, unless ``sync`` is False: the caller calls ``sync()`` once for a
-        batch) the WAL sync. ``checksum`` is the xxh3-64 of the buffer, already
+        (DURABLE, or replacing a DURABLE object, unless ``sync`` is False: the
+        caller calls ``sync()`` once for a batch, and ``owed_sync`` gets True
+        appended when it must) the WAL sync. ``checksum`` is the xxh3-64 of the buffer, already
         checked against the client's (``check_upload``). Consumes the reservation:
         on failure its space is returned and nothing stored changes. ``path``
         labels the bytes metric (grpc, shm, bulk, remote). ``publish``: tell
@@ -362,6 +364,7 @@ class ObjectService:
                     sync=sync,
                     publish=publish,
                     admitted=True,
+                    owed_sync=owed_sync,
                 )
         durable = profile.durability == Durability.DURABLE
         encoded = spec.key.encode()
@@ -385,8 +388,11 @@ class ObjectService:
                 self.store.ssd.discard(encoded, ssd_copy)
             raise
         self.store.faults.point("put.after_commit")
-        if (durable or replaced_durable) and sync:
-            self.sync()
+        if durable or replaced_durable:
+            if sync:
+                self.sync()
+            elif owed_sync is not None:
+                owed_sync.append(True)
         self.placement.after_put(encoded, profile, reservation.recheck)
         self.store.metrics.child(self.store.metrics.data_bytes, path, "in").inc(spec.size_bytes)
         if publish and self.on_commit is not None:
@@ -618,13 +624,19 @@ class ObjectService:
         """Copy the value's bytes into the reservation, hashing and verifying them."""
         staged.checksum = self.receive_into(staged.spec, chunks, staged.reservation.buffer)
 
-    def finish(self, staged: StagedPut) -> ObjectMeta:
-        """Commit a received put (see ``commit_filled``). DURABLE puts are
+    def finish(self, staged: StagedPut, owed_sync: list[bool]) -> ObjectMeta:
+        """Commit a received put (see ``commit_filled``). A put that is DURABLE,
+        or replaces a DURABLE object, appends True to ``owed_sync``: it is
         acknowledged only after the caller's ``sync()``."""
         if staged.checksum is None:
             raise InvariantViolation(f"finish of {staged.spec.key} before its bytes arrived")
         return self.commit_filled(
-            staged.spec, staged.profile, staged.reservation, staged.checksum, sync=False
+            staged.spec,
+            staged.profile,
+            staged.reservation,
+            staged.checksum,
+            sync=False,
+            owed_sync=owed_sync,
         )
 
     def abort_staged(self, staged: StagedPut) -> None:
