@@ -147,6 +147,10 @@ def _load(
     if in_segments.any():
         key_len = h["key_len"].astype(np.int64)
         seg_ids, inverse = np.unique(seg[in_segments], return_inverse=True)
+        # a missing file's id is never given to a new segment: its records would
+        # then name someone else's bytes (a checksum error instead of "missing",
+        # and their deletes would discount the new file's live bytes)
+        ssd.segments.reserve_ids_through(int(seg_ids[-1]))
         live = np.zeros(len(seg_ids), dtype=np.int64)
         np.add.at(live, inverse, _aligned_entry_bytes(key_len[in_segments], size[in_segments]))
         file_bytes = np.zeros(len(seg_ids), dtype=np.int64)

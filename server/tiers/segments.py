@@ -101,6 +101,12 @@ class SegmentStore:
         self._next_id = max(self._segments, default=0) + 1
         self.faults: Faults = NO_FAULTS
 
+    def reserve_ids_through(self, seg_id: int) -> None:
+        """New segments get ids above ``seg_id`` (the highest any record names):
+        a record naming a missing file must never come to name a new one."""
+        with self._lock:
+            self._next_id = max(self._next_id, seg_id + 1)
+
     # -- accounting -----------------------------------------------------------
     @property
     def used_bytes(self) -> int:
