@@ -139,6 +139,8 @@ class Daemon:
         self._rocks: RocksStore | None = None
         self._engines: list[Any] = []
         self.dataplane: DataPlane | None = None
+        #: set with the data plane (a start that failed before may have neither)
+        self.bulk_sessions: BulkSessions | None = None
         self._reaper: Periodic | None = None
         self._vectors_started = False
         self._blobs_started = False
@@ -404,7 +406,11 @@ class Daemon:
             raise OSError(f"cannot listen on {cfg.listen}")
         self.address = f"{host}:{bound}" if port == "0" else cfg.listen
         # The socket file is created with no permissions beyond the configured
-        # mode (umask during bind), then set to exactly that mode.
+        # mode (umask during bind), then set to exactly that mode. Its folder is
+        # made first, under the process's own umask (under the socket's, 0600,
+        # it had no search bit and nothing inside it could be reached).
+        if cfg.unix_socket:
+            Path(cfg.unix_socket).parent.mkdir(parents=True, exist_ok=True)
         umask = os.umask(0o777 & ~cfg.unix_socket_mode) if cfg.unix_socket else None
         try:
             if cfg.unix_socket:
@@ -462,11 +468,11 @@ class Daemon:
         self.metrics.ready.set(0)
         self._health.enter_graceful_shutdown()
         until = time.monotonic() + grace
-        if self.dataplane is not None:
+        if self.bulk_sessions is not None:
             self.bulk_sessions.drain()  # in parallel with gRPC's grace period
         if self._server is not None:
             self._server.stop(grace).wait()
-        if self.dataplane is not None:
+        if self.bulk_sessions is not None:
             self.bulk_sessions.wait_drained(max(0.0, until - time.monotonic()))
         if self._migrator is not None:
             self._migrator.stop()

@@ -8,6 +8,7 @@ a TOML file, then the defaults below. Sizes accept integers or strings such as
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +19,9 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from tiermem.server.errors import InvalidArgument
+from tiermem.server.model import validate_namespace
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -262,10 +266,23 @@ class LimitsConfig(_Section):
     def _budget_fits_an_object(self) -> LimitsConfig:
         if self.max_inflight_bytes < self.max_object_bytes:
             raise ValueError("limits.max_inflight_bytes must be at least limits.max_object_bytes")
+        _check_namespace_names(self.namespaces, "limits.namespaces")
         return self
 
     def for_namespace(self, name: str) -> NamespaceLimits:
         return self.namespaces.get(name, self.namespace)
+
+
+def _check_namespace_names(names: Iterable[str], where: str, star: bool = False) -> None:
+    """A namespace name in a config must be one the daemon accepts (``star``: "*"
+    too, for "every namespace"); else the entry would silently never apply."""
+    for name in names:
+        if star and name == "*":
+            continue
+        try:
+            validate_namespace(name)
+        except InvalidArgument as exc:
+            raise ValueError(f"{where}: {exc.message}") from None
 
 
 Role = Literal["read", "write", "admin"]
@@ -282,6 +299,13 @@ class TokenConfig(_Section):
     """Namespaces the token grants; "*" grants every namespace."""
     roles: list[Role] = ["read", "write"]
     """read: get, stat, list; write: put, delete; admin: namespaces, fsck, every RPC."""
+
+    @model_validator(mode="after")
+    def _usable(self) -> TokenConfig:
+        if not self.token.get_secret_value():
+            raise ValueError(f"security.tokens: the token of {self.name!r} is empty")
+        _check_namespace_names(self.namespaces, f"security.tokens ({self.name!r})", star=True)
+        return self
 
 
 class TlsConfig(_Section):
@@ -311,6 +335,17 @@ class SecurityConfig(_Section):
     everything, so only do that on a trusted host or behind the Unix socket."""
     tls: TlsConfig = TlsConfig()
     """TLS for the TCP listener (the Unix socket is protected by file permissions)."""
+
+    @model_validator(mode="after")
+    def _distinct_tokens(self) -> SecurityConfig:
+        # a secret listed twice would silently take the grants of its last entry
+        secrets = [t.token.get_secret_value() for t in self.tokens]
+        if len(set(secrets)) != len(secrets):
+            raise ValueError("security.tokens: two entries have the same token")
+        names = [t.name for t in self.tokens]
+        if len(set(names)) != len(names):
+            raise ValueError("security.tokens: two entries have the same name")
+        return self
 
 
 class KvConfig(_Section):
@@ -731,6 +766,12 @@ class Config(BaseSettings):
     """Directory for RocksDB, segment files and other durable state."""
     namespaces: list[str] = ["default"]
     """Namespaces created at start if missing (more via `tiermem ns create`)."""
+
+    @model_validator(mode="after")
+    def _namespace_names(self) -> Config:
+        _check_namespace_names(self.namespaces, "namespaces")
+        return self
+
     server: ServerConfig = ServerConfig()
     tiers: TiersConfig = TiersConfig()
     limits: LimitsConfig = LimitsConfig()

@@ -55,7 +55,12 @@ def serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     configure_interpreter(config.server)
-    daemon.start()
+    try:
+        daemon.start()  # (a failed start has closed what it opened)
+    except Exception as exc:  # a config the schema takes but the host refuses
+        message = getattr(exc, "message", "") or str(exc)
+        print(f"tiermem: cannot start: {type(exc).__name__}: {message}", file=sys.stderr)
+        return 2
     settle_heap(config.server)
     print(f"listening on {daemon.address}", flush=True)
     if daemon.metrics_address:
