@@ -631,14 +631,24 @@ class KvClient:
     def prefetch(
         self, scope: KvScope, chunk_hashes: Sequence[ChunkHash], *, timeout_s: float | None = None
     ) -> PrefetchResult:
-        """Hint that these chunks will be read soon: the daemon keeps them in memory."""
-        request = kv_pb2.PrefetchBlocksRequest(
-            scope=self._scope(scope), chunk_hashes=_hashes(chunk_hashes)
-        )
-        reply = self.transport.call(
-            lambda t: self._stub.Prefetch(request, timeout=t, metadata=self._metadata), timeout_s
-        )
-        return PrefetchResult(reply.promoted, reply.resident, reply.missing)
+        """Hint that these chunks will be read soon: the daemon keeps them in memory.
+        Long chains go in requests of ``MAX_BATCH_BLOCKS`` (the daemon's limit per
+        call is larger); the counts are summed."""
+        scope_msg = self._scope(scope)
+        hashes = _hashes(chunk_hashes)
+        promoted = resident = missing = 0
+        for start in range(0, len(hashes), MAX_BATCH_BLOCKS) if hashes else [0]:
+            request = kv_pb2.PrefetchBlocksRequest(
+                scope=scope_msg, chunk_hashes=hashes[start : start + MAX_BATCH_BLOCKS]
+            )
+            reply = self.transport.call(
+                lambda t, r=request: self._stub.Prefetch(r, timeout=t, metadata=self._metadata),  # type: ignore[misc]
+                timeout_s,
+            )
+            promoted += reply.promoted
+            resident += reply.resident
+            missing += reply.missing
+        return PrefetchResult(promoted, resident, missing)
 
     def delete(
         self,

@@ -29,8 +29,8 @@ def scope_problem(model: str, world_size: int, worker_id: int, dtype: str) -> st
         return f"scope.model {model[:64]!r} must not contain '@' or NUL"
     if world_size < 1:
         return "scope.world_size must be at least 1"
-    if worker_id >= world_size:
-        return f"scope.worker_id {worker_id} is not below world_size {world_size}"
+    if not 0 <= worker_id < world_size:
+        return f"scope.worker_id {worker_id} is not in 0..world_size-1 ({world_size})"
     if not _DTYPE_RE.fullmatch(dtype):
         return f"scope.dtype {dtype[:40]!r} must be a dtype name like 'bfloat16'"
     return None
