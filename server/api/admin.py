@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import grpc
 
 from tiermem.placement.cost import CostLine, CostReport
 from tiermem.server.services.admin import AdminService
+from tiermem.server.services.guard import ALL_NAMESPACES, current_principal
 from tiermem.v1 import admin_pb2, admin_pb2_grpc
 
 
@@ -37,6 +40,22 @@ def cost_to_proto(report: CostReport) -> admin_pb2.CostReport:
     )
 
 
+def _visible(report: CostReport) -> CostReport:
+    """The cost report as the caller may see it: the namespaces its token shows
+    (as ListNamespaces does), and the sessions only for a caller that sees every
+    namespace (a session line does not say its namespace; they are counted in
+    ``sessions_omitted`` otherwise)."""
+    who = current_principal.get()
+    if who.sees(ALL_NAMESPACES):
+        return report
+    return dataclasses.replace(
+        report,
+        namespaces=[line for line in report.namespaces if who.sees(line.name)],
+        sessions=[],
+        sessions_omitted=report.sessions_omitted + len(report.sessions),
+    )
+
+
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, admin: AdminService) -> None:
         self._admin = admin
@@ -45,7 +64,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.StatsRequest, context: grpc.ServicerContext
     ) -> admin_pb2.StatsResponse:
         report = self._admin.stats()
-        cost = cost_to_proto(report.cost) if report.cost is not None else None
+        cost = cost_to_proto(_visible(report.cost)) if report.cost is not None else None
         return admin_pb2.StatsResponse(
             cost=cost,
             version=report.version,
