@@ -11,6 +11,7 @@ A memory object's metadata travels in the block's ``memory_format`` field::
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -91,17 +92,22 @@ def scope_of(
 ) -> KvScope:
     """The tiermem scope of an LMCache key. Request tags and the layer (layerwise
     keys) become part of the salt, so they separate blocks like LMCache's own
-    key string does."""
-    parts = [salt] if salt else []
-    parts += [f"{k}%{v}" for k, v in tags or ()]
-    if layer_id is not None:
-        parts.append(f"layer%{layer_id}")
+    key does. With either, the salt is a JSON list of the three (unambiguous:
+    joining them with separators made a tag named "layer" equal a layer, a
+    tenant's salt equal another's tag, and tags holding a separator equal other
+    tags, so tenants could share blocks); a plain salt stays as it is."""
+    if not tags and layer_id is None:
+        combined = salt
+    else:
+        combined = json.dumps(
+            [salt, [[str(k), str(v)] for k, v in tags or ()], layer_id], separators=(",", ":")
+        )
     return KvScope(
         model=model_name,
         world_size=world_size,
         worker_id=worker_id,
         dtype=dtype,
-        salt="@".join(parts),
+        salt=combined,
         namespace=namespace,
     )
 

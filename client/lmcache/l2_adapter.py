@@ -21,6 +21,7 @@ bitmap, which the interface allows.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -129,12 +130,16 @@ class TiermemL2Adapter(L2AdapterInterface):  # type: ignore[misc]
         return task_id
 
     def _scope(self, key: Any) -> KvScope:
-        parts = [p for p in (self._config.salt, key.cache_salt) if p]
-        parts += [f"rank%{key.kv_rank}", f"group%{key.object_group_id}"]
+        # a JSON list, not parts joined by a separator: adapters configured with
+        # different salts could otherwise name the same blocks ("a@b" + "" and
+        # "a" + "b")
+        salt = json.dumps(
+            [self._config.salt, key.cache_salt or "", key.kv_rank, key.object_group_id],
+            separators=(",", ":"),
+        )
         return KvScope(
-            model=key.model_name, dtype=L2_DTYPE, salt="@".join(parts),
-            namespace=self._config.namespace,
-        )  # fmt: skip
+            model=key.model_name, dtype=L2_DTYPE, salt=salt, namespace=self._config.namespace
+        )
 
     def _runs(self, keys: Sequence[Any]) -> list[tuple[KvScope, list[int]]]:
         """Indices of keys grouped by scope (first-seen order)."""
