@@ -274,6 +274,14 @@ class KvClient:
         plane = self._fast(codec, path)
         if plane is None:
             return self._put_streamed(scope, blocks, payloads, profile, session, codec, timeout_s)
+        # refused as PutBlocks refuses it, before the batch is split between
+        # paths (a small and a large block of one hash went different ways and
+        # the later one silently replaced the other)
+        every = [hash_bytes(b.chunk_hash) for b in blocks]
+        if len(set(every)) != len(every):
+            raise InvalidArgumentError(
+                "INVALID_ARGUMENT", "PutBlocks names the same chunk hash twice"
+            )
         large = [
             i for i, (view, _, _) in enumerate(payloads)
             if path is not None or len(view) >= plane.threshold_bytes

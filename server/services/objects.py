@@ -255,6 +255,12 @@ class ObjectService:
             raise InvalidArgument(
                 f"object is {spec.size_bytes} bytes; the limit is {limit} (limits.max_object_bytes)"
             )
+        kv_limit = self.store.config.kv.max_block_bytes
+        if spec.key.kind == Kind.KV_BLOCK and spec.size_bytes > kv_limit and not spec.codec:
+            # KV blocks put as objects (the clients' fast paths) keep PutBlocks' limit
+            raise InvalidArgument(
+                f"KV block is {spec.size_bytes} bytes; the limit is {kv_limit} (kv.max_block_bytes)"
+            )
         if spec.tensor is not None and not spec.codec:
             spec.tensor.checked(spec.size_bytes)
         validate_session(spec.session)
