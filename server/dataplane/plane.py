@@ -53,9 +53,16 @@ class DataPlane:
         metrics.bulk_tickets_active.set_function(lambda: len(self.transfers.tickets))
 
     def serve_sessions(self, handler: SessionHandler) -> None:
-        """Offer bulk sessions (``api.bulk_session``) when the channel is on and
-        ``dataplane.bulk.sessions`` is set."""
-        if self._bulk is not None and self._config.dataplane.bulk.sessions:
+        """Offer bulk sessions (``api.bulk_session``) when the channel is on,
+        ``dataplane.bulk.sessions`` is set and a session can be authenticated.
+        A session authenticates by its bearer token; a daemon whose callers
+        prove who they are by a client certificate (mutual TLS) and have no
+        token has nothing to check on the plaintext bulk channel, so it offers
+        no sessions: its clients ask for tickets over the gRPC channel (where
+        their certificate is checked) and only present them on the bulk one."""
+        cfg = self._config
+        mtls_only = cfg.security.tls.client_ca_file is not None and not cfg.security.tokens
+        if self._bulk is not None and cfg.dataplane.bulk.sessions and not mtls_only:
             self._bulk.sessions = handler
 
     def fill_from(self, fill: Callable[[Sequence[ObjectKey]], None]) -> None:
