@@ -52,7 +52,7 @@ def fsck(args: argparse.Namespace) -> int:
                     namespace=namespace, metadata_only=args.quick, max_damaged=args.max,
                     timeout_s=args.timeout,
                 )  # fmt: skip
-        except TiermemClientError as exc:
+        except (TiermemClientError, OSError, ValueError) as exc:
             print(f"tiermem fsck: {exc}", file=sys.stderr)
             return 2
         result = {

@@ -179,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:
         return 0
+    except (OSError, ValueError) as exc:  # a file it cannot read, a value out of range
+        print(f"tiermem: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":
