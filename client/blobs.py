@@ -217,6 +217,7 @@ class _Source:
                 while chunk := source.read(READ_UNIT_BYTES):
                     spooled.write(chunk)
                 spooled.flush()
+                spooled.seek(0)  # its bytes start at 0 (at the end, it stored none)
                 self._owned = source = spooled
             self._file = source
             self._start = source.tell()
