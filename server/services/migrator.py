@@ -129,8 +129,11 @@ class Migrator:
         ):  # fmt: skip
             if self._stop.is_set():
                 break
-            key = placement.key_of(row)
             action = "evict" if dst == DROP else ("promote" if dst < src else "demote")
+            if not placement.still_planned(row):  # deleted, replaced or moved since
+                metrics.placement_moves.labels(action, "skipped").inc()
+                continue
+            key = placement.key_of(row)
             if key is None:
                 if dst == DROP and src == int(Tier.SSD):
                     unknown_drops.add(row)
@@ -138,7 +141,7 @@ class Migrator:
                     metrics.placement_moves.labels(action, "skipped").inc()
                 continue
             if dst == DROP:
-                ok = mover.evict(key, Tier(src), recompute=True) > 0
+                ok = mover.evict(key, Tier(src), recompute=True, only_from=True) > 0
             else:
                 copies = not (dst in (Tier.SSD, Tier.REMOTE) and self._copied(key, Tier(dst)))
                 ok = mover.move(key, Tier(dst))
@@ -150,9 +153,10 @@ class Migrator:
             metrics.placement_moves.labels(action, "done" if ok else "skipped").inc()
             done += int(ok)
         if unknown_drops:
-            mover.evict_rows(unknown_drops, Tier.SSD, recompute=True)
-            metrics.placement_moves.labels("evict", "done").inc(len(unknown_drops))
-            done += len(unknown_drops)
+            evicted, _freed = mover.evict_rows(unknown_drops, Tier.SSD, recompute=True)
+            metrics.placement_moves.labels("evict", "done").inc(evicted)
+            metrics.placement_moves.labels("evict", "skipped").inc(len(unknown_drops) - evicted)
+            done += evicted
         return done
 
     def _copied(self, key: bytes, tier: Tier) -> bool:

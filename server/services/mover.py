@@ -43,7 +43,7 @@ class Mover:
                 return False  # a remote copy may be evicted at any time: never DURABLE
             value = store.lease_memory(entry) if entry.tier in store.memory else None
         try:
-            return self._copy_and_switch(encoded, entry, value, target)
+            return self._copy_and_switch(encoded, entry, value, target, force=force)
         finally:
             if value is not None:
                 value.release()
@@ -56,7 +56,13 @@ class Mover:
         return self._copy_and_switch(encoded, entry, ValueRead(view), target)
 
     def _copy_and_switch(
-        self, encoded: bytes, entry: Entry, value: ValueRead | None, target: Tier
+        self,
+        encoded: bytes,
+        entry: Entry,
+        value: ValueRead | None,
+        target: Tier,
+        *,
+        force: bool = False,
     ) -> bool:
         store = self.store
         if value is None and entry.tier == Tier.REMOTE:
@@ -68,7 +74,7 @@ class Mover:
                 store.forget_stale(encoded, entry)
                 return False
             try:
-                return self._copy_and_switch(encoded, entry, value, target)
+                return self._copy_and_switch(encoded, entry, value, target, force=force)
             finally:
                 value.release()
         if value is not None:
@@ -98,7 +104,8 @@ class Mover:
         store.faults.point("move.after_copy")
         with store.lock:
             now = self.catalog.find(encoded)
-            if now is None or not now.same_copy(entry):
+            # a pin set during the copy stops the move (the pin is the newer word)
+            if now is None or not now.same_copy(entry) or (now.pinned and not force):
                 if target_engine is not None:
                     target_engine.free(new_loc, entry.size)
                 if ssd_copy is not None:
@@ -168,11 +175,12 @@ class Mover:
         metrics.evicted_bytes.labels(tier.name, entry.kind.name).inc(freed)
         return freed
 
-    def evict_rows(self, rows: set[int], tier: Tier, *, recompute: bool = False) -> int:
+    def evict_rows(self, rows: set[int], tier: Tier, *, recompute: bool = False) -> tuple[int, int]:
         """Evict the CACHE objects of ``rows`` (index rows whose keys are not known
-        without a scan: SSD rows). Walks the catalog records once; returns bytes freed."""
+        without a scan: SSD rows), each only while still on ``tier``. Walks the
+        catalog records once; returns (objects evicted, bytes freed)."""
         if not rows:
-            return 0
+            return 0, 0
         idx = self.catalog.index
         keys: list[bytes] = []
         for encoded, _raw in self.catalog.rocks.scan("objects", bulk=True):
@@ -182,7 +190,8 @@ class Mover:
                 keys.append(encoded)
                 if len(keys) == len(rows):
                     break
-        return sum(self.evict(k, tier, recompute=recompute) for k in keys)
+        freed = [self.evict(k, tier, recompute=recompute, only_from=True) for k in keys]
+        return sum(1 for n in freed if n > 0), sum(freed)
 
     # -- compaction ---------------------------------------------------------------------
     def compact(self, on_progress: Callable[[int], None] | None = None) -> int:

@@ -111,7 +111,9 @@ class Promotion:
 
 
 #: Index columns a planner snapshot reads (copied under the store lock).
-_SNAPSHOT_COLUMNS = ("flags", "rate", "atime", "kind", "sess", "size", "tier", "seg", "ns")
+_SNAPSHOT_COLUMNS = (
+    "flags", "rate", "atime", "kind", "sess", "size", "tier", "seg", "ns", "check",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,8 @@ class PlacementService:
         #: Wall time of the last rebalancing plan (paces the migrator).
         self.last_plan_seconds = 0.0
         self.deadlines: OrderedDict[int, float] = OrderedDict()
+        #: row -> (key hash, tier) of each row the last plan moves (``still_planned``)
+        self._planned: dict[int, tuple[int, int]] = {}
         self.promotions: OrderedDict[bytes, Promotion] = OrderedDict()
         # objects on this tier or a faster one have nowhere to be promoted to
         # (the memory engines are fixed at start): reads skip the planner
@@ -580,7 +584,7 @@ class PlacementService:
         known = [k for k in keys if k is not None]
         unknown = {int(r) for r, k in zip(rows.tolist(), keys, strict=True) if k is None}
         freed = sum(self.mover.evict(k, Tier.SSD) for k in known)
-        return freed + self.mover.evict_rows(unknown, Tier.SSD)
+        return freed + self.mover.evict_rows(unknown, Tier.SSD)[1]
 
     # -- promotion on read ------------------------------------------------------------
     def _on_access(self, row: int, encoded: bytes | None) -> None:
@@ -666,6 +670,21 @@ class PlacementService:
         if quotas != self.planner.config.quotas:
             self.planner.config = dataclasses.replace(self.planner.config, quotas=quotas)
         plan = self.planner.plan(objs, states)
+        # what each planned row held when the plan was made (its key's hash and
+        # tier): rows are reused at once, and a move applied later must not land
+        # on another object that took the row meanwhile (``still_planned``)
+        at = np.searchsorted(gathered.rows, plan.rows)
+        self._planned = dict(
+            zip(
+                plan.rows.tolist(),
+                zip(
+                    gathered.cols["check"][at].tolist(),
+                    gathered.cols["tier"][at].tolist(),
+                    strict=True,
+                ),
+                strict=True,
+            )
+        )
         m = self.store.metrics
         m.placement_plans.inc()
         self.last_plan_seconds = time.perf_counter() - started
@@ -675,6 +694,20 @@ class PlacementService:
     def key_of(self, row: int) -> bytes | None:
         with self.store.lock:
             return self.catalog.key_of(row)
+
+    def still_planned(self, row: int) -> bool:
+        """Whether ``row`` still holds the object the last plan saw there, on the
+        tier it saw (live, the same key hash and tier); False for another object
+        that took the row since, or the same one moved meanwhile."""
+        seen = self._planned.get(row)
+        if seen is None:
+            return False
+        cols = self.catalog.index.cols
+        with self.store.lock:
+            if row >= self.catalog.index.high_water_row:
+                return False
+            live = int(cols["flags"][row]) & FLAG_LIVE
+            return bool(live) and (int(cols["check"][row]), int(cols["tier"][row])) == seen
 
     # -- prefetch, pin ----------------------------------------------------------------
     def _check_count(self, keys: list[ObjectKey]) -> None:
