@@ -592,14 +592,17 @@ class BlobService:
             os.fdatasync(upload.fd)
             upload.close()
             head = bytes(upload.head)
-            try:
-                with self._writing(spec, 0):
+            # A refused admission ("retry later", a quota) leaves the upload whole:
+            # finishing it again later needs none of its bytes again. Only a
+            # failure of the commit itself ends it.
+            with self._writing(spec, 0):
+                try:
                     state = self._commit(
                         spec, digest, sums, upload.path, upload.caller, upload_id, head
                     )
-            except BaseException:
-                self.uploads.finish(upload, "failed")
-                raise
+                except BaseException:
+                    self.uploads.finish(upload, "failed")
+                    raise
             self.uploads.finish(upload, "finished")
         self.metrics.blob_uploads_active.set(len(self.uploads))
         return state
