@@ -235,10 +235,16 @@ class BlobCatalog:
         self.totals.stored_bytes -= content.size_bytes
         return Freed(old.sha256, content)
 
-    def update_content(self, sha256: bytes, content: rec_pb.ContentRecord) -> None:
-        """Rewrite a content record in place (damage flag, repaired payload). Synced."""
+    def update_content(
+        self, sha256: bytes, content: rec_pb.ContentRecord, inline: bytes | None = None
+    ) -> None:
+        """Rewrite a content record in place (damage flag, repaired payload) and,
+        for content kept inline, its bytes (a repair of lost inline bytes).
+        Synced."""
         batch = self.rocks.batch()
         batch.put(CONTENTS, sha256, content.SerializeToString())
+        if inline is not None:
+            batch.put(INLINE, sha256, inline)
         batch.commit(sync=True)
 
     def drop_content(self, sha256: bytes) -> None:

@@ -650,7 +650,7 @@ class BlobService:
                 if content is not None:  # a repair: same references, fresh bytes
                     new_content.refs = content.refs
                     new_content.namespace_refs.update(content.namespace_refs)
-                    self.catalog.update_content(sha, new_content)
+                    self.catalog.update_content(sha, new_content, inline)
                     log.warning("content %s was damaged and is repaired by a new upload", sha.hex())
                     new_content = None
             else:
