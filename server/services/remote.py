@@ -145,11 +145,18 @@ class RemoteService:
         #: writer has made room (``_refill``)
         self._deferred: dict[bytes, int] = {}
         self._deletes = 0
+        #: keys whose remote delete is queued or running: a read treats them as
+        #: misses (else it would fetch the deleted value and adopt it again)
+        self._deleting: dict[bytes, int] = {}
+        #: keys of the publish batch being uploaded now (a delete of one of them
+        #: must follow the upload: see ``_removed``)
+        self._publishing: set[bytes] = set()
         self._busy = False
         self._cond = threading.Condition()
         self._stop = False
         self._thread: threading.Thread | None = None
         store.on_remote_removed = self._removed
+        store.on_remote_unpublished = lambda keys: self._removed([], keys)
         if config.share:
             objects.on_commit = self._committed
 
@@ -225,14 +232,25 @@ class RemoteService:
             if key not in self._queued_keys:
                 self._queue_publish(_Op(False, key, size))
 
-    def _removed(self, keys: list[bytes]) -> None:
-        """Called under the store lock: queue the deletes (cheap, no I/O)."""
+    def _removed(self, keys: list[bytes], unpublished: Sequence[bytes] = ()) -> None:
+        """Called under the store lock: queue the deletes (cheap, no I/O).
+        ``unpublished``: removed objects without a remote copy yet; those whose
+        publish is queued or uploading now get a delete too (queued after it:
+        the upload would otherwise leave the deleted object in the store)."""
         with self._cond:
+            racing = [k for k in unpublished if k in self._queued_keys or k in self._publishing]
+            wanted = [*keys, *racing]
             room = MAX_PENDING_DELETES - self._deletes
-            for key in keys[: max(0, room)]:
+            for key in wanted[: max(0, room)]:
                 self._ops.append(_Op(True, key, 0))
-            self._deletes += min(len(keys), max(0, room))
+                self._deleting[key] = self._deleting.get(key, 0) + 1
+            self._deletes += min(len(wanted), max(0, room))
             self._cond.notify()
+
+    def deleting(self, key: bytes) -> bool:
+        """Whether a remote delete of ``key`` is queued or running."""
+        with self._cond:
+            return key in self._deleting
 
     def _next_batch(self) -> list[_Op]:
         """Consecutive ops of one type, within the batch limits (call with _cond)."""
@@ -261,6 +279,8 @@ class RemoteService:
                     self._cond.notify_all()
                     return
                 batch = self._next_batch()
+                if not batch[0].delete:
+                    self._publishing = {op.key for op in batch}
                 self._busy = True
             retry: list[_Op] = []
             try:
@@ -272,8 +292,15 @@ class RemoteService:
                 log.exception("remote writer batch failed")
             finally:
                 with self._cond:
+                    self._publishing = set()
                     if batch[0].delete:
                         self._deletes -= len(batch)
+                        for op in batch:
+                            left = self._deleting.get(op.key, 0) - 1
+                            if left > 0:
+                                self._deleting[op.key] = left
+                            else:
+                                self._deleting.pop(op.key, None)
                     else:
                         self._queued_bytes -= sum(op.size for op in batch)
                         # a failed upload goes to the back of the queue (bounded tries)
@@ -361,6 +388,7 @@ class RemoteService:
                 found = self.remote.exists([keys[j] for j in window])
             except Unavailable:
                 return window[0], bytes(out[: window[0]])
+            found = [p and not self.deleting(keys[j]) for j, p in zip(window, found, strict=True)]
             for j, present in zip(window, found, strict=True):
                 if not present:
                     if rows[j] >= 0:
@@ -391,8 +419,13 @@ class RemoteService:
         store, catalog = self.store, self.catalog
         with store.lock:
             entries = {k: catalog.find(k) for k in keys}
-        wanted = [k for k, e in entries.items() if e is None or e.tier == Tier.REMOTE]
         out: dict[bytes, RemoteValue | None] = {}
+        wanted = []
+        for k, e in entries.items():
+            if e is None and self.deleting(k):
+                out[k] = None  # deleted here; its remote delete has not run yet
+            elif e is None or e.tier == Tier.REMOTE:
+                wanted.append(k)
         if not wanted:
             return out
         parts = self.remote.read(wanted)
@@ -493,7 +526,9 @@ class RemoteService:
             k.encode() for k, e in zip(shared, entries, strict=True) if e and e.tier == Tier.REMOTE
         ]
         missing = [
-            k for k, e in zip(shared, entries, strict=True) if e is None and k.namespace in known
+            k
+            for k, e in zip(shared, entries, strict=True)
+            if e is None and k.namespace in known and not self.deleting(k.encode())
         ]
         if demoted:
             self._bring_in(demoted, touch=False)

@@ -72,6 +72,8 @@ class Store:
         #: called under the lock with the keys of removed objects that had a remote
         #: copy (the remote service deletes those copies in the background)
         self.on_remote_removed: Callable[[list[bytes]], None] | None = None
+        #: told of removed objects without a remote copy (``RemoteService._removed``)
+        self.on_remote_unpublished: Callable[[list[bytes]], None] | None = None
         self.lock = StoreLock(on_acquire=catalog.apply_touches)
         self.leases = Leases(self._free_memory)
         #: Access control and limits: every service calls ``guard.admit(namespace, role)``.
@@ -152,6 +154,11 @@ class Store:
             self.damage.discard(encoded_key)
             if entry.tier in self.memory:
                 self.leases.free(entry.tier, entry.loc, entry.size)
+        if not keep_remote and self.on_remote_unpublished is not None:
+            # (objects without a remote copy yet: their publish may be uploading)
+            others = [k for k, e in victims if not e.remote_copy]
+            if others:
+                self.on_remote_unpublished(others)
         if not keep_remote and self.on_remote_removed is not None:
             remote = [k for k, e in victims if e.remote_copy]
             if remote:
