@@ -77,3 +77,12 @@ class Ca:
             )
         cert = builder.sign(self._key, hashes.SHA256())
         return Pem(cert.public_bytes(serialization.Encoding.PEM), _pem_key(key))
+
+    def mutual_tls(self, folder: Path) -> tuple[dict[str, str], Path]:
+        """``security.tls`` for a daemon that serves TLS with a certificate this CA
+        issued and requires client certificates it signed; and the CA file."""
+        cert, key = self.issue("localhost", server=True).write(folder, "server")
+        ca_file = folder / "ca.crt"
+        ca_file.write_bytes(self.pem.cert)
+        tls = {"cert_file": str(cert), "key_file": str(key), "client_ca_file": str(ca_file)}
+        return tls, ca_file

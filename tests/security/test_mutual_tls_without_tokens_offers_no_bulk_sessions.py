@@ -25,10 +25,7 @@ def test_no_session_for_a_peer_without_a_certificate(
     make_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
     ca = Ca()
-    cert, key = ca.issue("localhost", server=True).write(tmp_path, "server")
-    ca_file = tmp_path / "ca.crt"
-    ca_file.write_bytes(ca.pem.cert)
-    tls = {"cert_file": str(cert), "key_file": str(key), "client_ca_file": str(ca_file)}
+    tls, ca_file = ca.mutual_tls(tmp_path)
     daemon = make_daemon(security={"tls": tls})
     worker = ca.issue("worker-1", server=False)
     options = TlsOptions(ca=str(ca_file), cert=worker.cert, key=worker.key)

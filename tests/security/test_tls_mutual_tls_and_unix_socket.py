@@ -47,14 +47,8 @@ def test_mutual_tls_requires_a_client_certificate_from_the_ca(
     make_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
     ca = Ca()
-    cert, key = ca.issue("localhost", server=True).write(tmp_path, "server")
-    ca_file = tmp_path / "ca.crt"
-    ca_file.write_bytes(ca.pem.cert)
-    daemon = make_daemon(
-        security={
-            "tls": {"cert_file": str(cert), "key_file": str(key), "client_ca_file": str(ca_file)}
-        }
-    )
+    tls, ca_file = ca.mutual_tls(tmp_path)
+    daemon = make_daemon(security={"tls": tls})
     worker = ca.issue("worker-1", server=False)
     with Client(
         daemon.address, tls=TlsOptions(ca=str(ca_file), cert=worker.cert, key=worker.key)
