@@ -1,5 +1,7 @@
 """LookupPrefix: leading stored chunks of a chain and their tiers; Prefetch."""
 
+import time
+
 import grpc
 import pytest
 import torch
@@ -39,7 +41,11 @@ def test_tiers_are_reported_and_prefetch_promotes_to_memory(client: Client) -> N
     assert client.kv.lookup_prefix(SCOPE, [1, 2, 3, 4]).tiers == [Tier.DRAM] * 2 + [Tier.SSD] * 2
     result = client.kv.prefetch(SCOPE, [1, 2, 3, 4, 5])
     assert (result.promoted, result.resident, result.missing) == (2, 2, 1)
-    assert client.kv.lookup_prefix(SCOPE, [1, 2, 3, 4]).tiers == [Tier.DRAM] * 4
+    # the promotions run on the migrator, after the reply: wait for them (bounded)
+    deadline = time.monotonic() + 10
+    while client.kv.lookup_prefix(SCOPE, [1, 2, 3, 4]).tiers != [Tier.DRAM] * 4:
+        assert time.monotonic() < deadline, "prefetched blocks were not promoted"
+        time.sleep(0.02)
     got = client.kv.get_tensors(SCOPE, [3, 4])
     assert [float(t[0]) for t in got] == [3.0, 4.0]
 
