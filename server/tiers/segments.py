@@ -110,7 +110,11 @@ class SegmentStore:
     # -- accounting -----------------------------------------------------------
     @property
     def used_bytes(self) -> int:
-        return sum(s.size for s in self._segments.values())
+        # under the lock: a generator over the dict yields the GIL between items,
+        # and a segment created or retired meanwhile raised RuntimeError (a put's
+        # admission answered INTERNAL; found by the soak)
+        with self._lock:
+            return sum(s.size for s in self._segments.values())
 
     def file_bytes(self, seg_id: int) -> int | None:
         """Current length of the segment file; None if there is no such segment."""
