@@ -540,7 +540,8 @@ class Catalog:
         return wire
 
     def stage_ssd_location(self, batch: Batch, encoded_key: bytes, seg: int, seg_off: int) -> bool:
-        """Point a record at a new SSD copy (demotion, compaction). False if it is gone."""
+        """Point a record at a new SSD copy (demotion, compaction), or at none
+        (``SEG_NONE``: a move to the remote tier released it). False if it is gone."""
         raw = self.rocks.get("objects", encoded_key)
         if raw is None:
             return False

@@ -129,9 +129,14 @@ def decode(raw: bytes) -> StoredRecord:
 
 
 def with_ssd_location(raw: bytes, seg: int, seg_off: int) -> bytes:
-    """The same record pointing at a new SSD copy (demotion, compaction)."""
+    """The same record pointing at a new SSD copy (demotion, compaction), or at
+    none (``SEG_NONE``: the copy was released; recovery purges the record)."""
     out = bytearray(raw)
-    out[_FLAGS_OFFSET] |= FLAG_ON_SSD
+    if seg == SEG_NONE:
+        out[_FLAGS_OFFSET] &= ~FLAG_ON_SSD & 0xFF
+        seg_off = 0
+    else:
+        out[_FLAGS_OFFSET] |= FLAG_ON_SSD
     struct.pack_into("<iQ", out, _SEG_OFFSET, seg, seg_off)
     return bytes(out)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from tiermem.server.catalog.catalog import Entry
+from tiermem.server.catalog.catalog import SEG_NONE, Entry
 from tiermem.server.errors import CapacityExceeded, Corrupted, NotFound, Unavailable
 from tiermem.server.model import Tier
 from tiermem.server.services.store import Store, ValueRead
@@ -33,7 +33,8 @@ class Mover:
     def move(self, encoded: bytes, target: Tier, *, force: bool = False) -> bool:
         """Move an object's serving copy to ``target``. False if it is gone, pinned
         (unless ``force``: Pin moving it first), already there, changed during the
-        copy, or the target has no room."""
+        copy, or the target has no room. A move to the remote tier also releases
+        the object's SSD copy (a CACHE object served remotely keeps none)."""
         store = self.store
         with store.lock:
             entry = self.catalog.find(encoded)
@@ -112,6 +113,7 @@ class Mover:
                     store.ssd.discard(encoded, ssd_copy)
                 return False
             seg, seg_off = entry.seg, entry.seg_off
+            released_ssd = False
             if ssd_copy is not None:
                 batch = self.catalog.rocks.batch()
                 if self.catalog.stage_ssd_location(
@@ -120,9 +122,20 @@ class Mover:
                     store.ssd.stage(ssd_copy, encoded, batch)
                     batch.commit(sync=False)
                 seg, seg_off = ssd_copy.segment, ssd_copy.offset
+            elif target == Tier.REMOTE and entry.persisted:
+                # Served from the remote store now: the SSD copy goes (the planner
+                # sends SSD CACHE objects remote to free SSD; a read never uses it).
+                # Counted free once the record no longer names it.
+                batch = self.catalog.rocks.batch()
+                if self.catalog.stage_ssd_location(batch, encoded, SEG_NONE, 0):
+                    store.ssd.stage_release(encoded, entry.seg, batch)
+                    batch.commit(sync=False)
+                    seg, seg_off, released_ssd = SEG_NONE, 0, True
             self.catalog.place(
                 entry.row, encoded, tier=target, loc=new_loc, seg=seg, seg_off=seg_off
             )
+            if released_ssd:
+                store.ssd.count_release(encoded, entry.seg, entry.size)
             if target == Tier.REMOTE:
                 self.catalog.set_remote(entry.row, True)
             store.faults.point("move.after_switch")
