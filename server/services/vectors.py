@@ -627,7 +627,8 @@ class VectorService:
     def _enforce_budget(self, keep: Collection | None = None) -> None:
         """Unload least recently used collections while loaded memory exceeds the budget."""
         budget = int(self.config.dram_budget_bytes)
-        loaded = [(c, c.state.memory_bytes) for c in self._all() if c.state is not None]
+        # each state read once: an unload may clear ``col.state`` meanwhile
+        loaded = [(c, s.memory_bytes) for c in self._all() if (s := c.state) is not None]
         total = sum(b for _, b in loaded)
         for col, nbytes in sorted(loaded, key=lambda cb: cb[0].last_access):
             if total <= budget:
@@ -661,7 +662,7 @@ class VectorService:
                         self._maybe_gpu(state)
         self._enforce_budget()
         self.metrics.vector_memory_bytes.set(
-            sum(c.state.memory_bytes for c in self._all() if c.state is not None)
+            sum(s.memory_bytes for c in self._all() if (s := c.state) is not None)
         )
 
     def _rebuild_target(self, spec: CollectionSpec, state: State) -> IndexKind | None:

@@ -171,9 +171,12 @@ class PayloadColumns:
 
     @property
     def nbytes(self) -> int:
-        total = sum(c.nbytes for c in self.num.values())
-        total += sum(c.nbytes for c in self.codes.values())
-        return total + sum(64 * len(v) for v in self.vocab.values())
+        # read without the collection's lock (memory accounting, budget): copy
+        # each dict's values first (atomic), as an upsert may add a field's
+        # column meanwhile and a generator over the live dict would then raise
+        total = sum(c.nbytes for c in list(self.num.values()))
+        total += sum(c.nbytes for c in list(self.codes.values()))
+        return total + sum(64 * len(v) for v in list(self.vocab.values()))
 
     # -- snapshot form -----------------------------------------------------------
     def to_arrays(self) -> tuple[dict[str, npt.NDArray[Any]], dict[str, Any]]:
