@@ -257,7 +257,9 @@ class Daemon:
             sessions=self.sessions,
         )
         self.blobs.attach_dataplane(self.dataplane)
-        self.sessions.cleanup.register_callable("blobs", self.blobs.drop_session)
+        self.sessions.cleanup.register_callable(
+            "blobs", self.blobs.drop_session, usage=self.blobs.session_usage
+        )
         self.integrity = IntegrityService(self.store)
         self._start_grpc()
         self._start_metrics()  # before recovery: tiermem_ready is 0 until it is done

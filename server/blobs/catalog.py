@@ -98,23 +98,35 @@ class BlobCatalog:
         self.journal_pending = 0
         #: namespace -> [blobs, logical bytes] (namespace quotas count blobs too)
         self._ns_usage: dict[str, list[int]] = {}
+        #: session -> [blobs, logical bytes] it owns (session quotas count them)
+        self._session_usage: dict[str, list[int]] = {}
         for _, raw in rocks.scan(BLOBS):
             r = rec_pb.BlobRecord.FromString(raw)
-            self._count(r.namespace, 1, r.size_bytes)
+            self._count(r, 1)
         for key, _ in rocks.scan(JOURNAL):
             self._seq = _SEQ.unpack(key)[0]
             self.journal_pending += 1
 
-    def _count(self, namespace: str, blobs: int, nbytes: int) -> None:
-        usage = self._ns_usage.setdefault(namespace, [0, 0])
-        usage[0] += blobs
-        usage[1] += nbytes
-        if usage[0] <= 0:
-            del self._ns_usage[namespace]
+    def _count(self, record: rec_pb.BlobRecord, sign: int) -> None:
+        """Add (``sign`` 1) or take away (-1) ``record`` in the usage tallies."""
+        tallies = [(self._ns_usage, record.namespace)]
+        if record.session:
+            tallies.append((self._session_usage, record.session))
+        for table, name in tallies:
+            usage = table.setdefault(name, [0, 0])
+            usage[0] += sign
+            usage[1] += sign * int(record.size_bytes)
+            if usage[0] <= 0:
+                del table[name]
 
     def namespace_usage(self, namespace: str) -> tuple[int, int]:
         """(blobs, logical bytes) ``namespace`` holds."""
         usage = self._ns_usage.get(namespace)
+        return (usage[0], usage[1]) if usage is not None else (0, 0)
+
+    def session_usage(self, session: str) -> tuple[int, int]:
+        """(blobs, logical bytes) ``session`` owns."""
+        usage = self._session_usage.get(session)
         return (usage[0], usage[1]) if usage is not None else (0, 0)
 
     # -- reads ------------------------------------------------------------------------
@@ -173,7 +185,7 @@ class BlobCatalog:
                 freed = self._unref(batch, old)
             self.totals.blobs -= 1
             self.totals.logical_bytes -= old.size_bytes
-            self._count(old.namespace, -1, -old.size_bytes)
+            self._count(old, -1)
         if old is None or old.sha256 != record.sha256:
             content = new_content if new_content is not None else self.content(record.sha256)
             if content is None:
@@ -188,7 +200,7 @@ class BlobCatalog:
             batch.put(CONTENTS, record.sha256, content.SerializeToString())
         self.totals.blobs += 1
         self.totals.logical_bytes += record.size_bytes
-        self._count(record.namespace, 1, record.size_bytes)
+        self._count(record, 1)
         batch.put(BLOBS, key, record.SerializeToString())
         if record.session:
             batch.put(BY_SESSION, _session_key(record.session, key), b"")
@@ -211,7 +223,7 @@ class BlobCatalog:
         freed = self._unref(batch, old)
         self.totals.blobs -= 1
         self.totals.logical_bytes -= old.size_bytes
-        self._count(old.namespace, -1, -old.size_bytes)
+        self._count(old, -1)
         self._journal(batch, key, [old.uid])
         self._write(batch)
         return Change(old, freed)

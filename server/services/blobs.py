@@ -302,6 +302,7 @@ class BlobService:
         objects), session quotas, and ``held_bytes`` against the in-flight budget."""
         validate_namespace(spec.namespace)
         old = self.catalog.blob(blob_key(spec.namespace, spec.key))
+        self._check_session_quota(spec, old)
         return self.guard.admit(
             spec.namespace,
             Role.WRITE,
@@ -311,6 +312,27 @@ class BlobService:
             session=spec.session,
             held_bytes=held_bytes,
         )
+
+    def _check_session_quota(self, spec: BlobSpec, old: rec_pb.BlobRecord | None) -> None:
+        """Raise CapacityExceeded if the blob would take its owner session past its
+        SSD quota (a blob's payload is on SSD; ``session_usage`` counts it there,
+        at its logical size, as an object's bytes count). Replacing a blob the
+        session owns is charged the difference. Owner tags that are not sessions
+        have no quota."""
+        sessions = self.sessions
+        session = sessions.get(spec.session) if sessions is not None and spec.session else None
+        if sessions is None or session is None:
+            return
+        credit: dict[Tier, int] = {}
+        if old is not None and old.session == spec.session:
+            credit[Tier.SSD] = int(old.size_bytes)
+        sessions.check_quota(session, {Tier.SSD: spec.size_bytes}, credit)
+
+    def session_usage(self, session: str) -> cleanup.Usage:
+        """What ``session``'s blobs hold: their logical bytes, on SSD (the session
+        service adds it to the session's usage and quotas)."""
+        blobs, nbytes = self.catalog.session_usage(session)
+        return cleanup.Usage({Tier.SSD: (nbytes, blobs)} if blobs else {})
 
     def _upload(self, upload_id: str, caller: str) -> Upload:
         """An upload in progress, once the principal may write its namespace."""
@@ -637,6 +659,7 @@ class BlobService:
         with self._lock:
             spec = self._owner(spec, caller)
             old = self._check_replace(spec, caller)
+            self._check_session_quota(spec, old)  # again under the lock: racing puts
             self._create_spaces(embeddings)
             content = self.catalog.content(sha)
             new_content = None
