@@ -54,20 +54,23 @@ class IdleSockets:
         self._lock = threading.Lock()
         self._idle: dict[str, list[tuple[socket.socket, float]]] = {}
 
-    def connect(self, address: str) -> socket.socket:
-        """A new connection (raises BulkUnreachable if it cannot be made)."""
+    def connect(self, address: str, timeout_s: float | None = None) -> socket.socket:
+        """A new connection, made within ``timeout_s`` (None: the I/O timeout);
+        its socket's timeout is then the I/O timeout. Raises BulkUnreachable if
+        it cannot be made."""
         try:
-            return self._connect(address)
+            return self._connect(address, self._timeout if timeout_s is None else timeout_s)
         except OSError as exc:
             raise BulkUnreachable(f"bulk connection to {address} failed: {exc}") from None
 
-    def _connect(self, address: str) -> socket.socket:
+    def _connect(self, address: str, timeout_s: float) -> socket.socket:
         if address.startswith("unix:"):
-            sock = unix_connect(address, self._timeout)
+            sock = unix_connect(address, timeout_s)
         else:
             host, _, port = address.rpartition(":")
-            sock = socket.create_connection((host.strip("[]"), int(port)), timeout=self._timeout)
+            sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(self._timeout)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self._receive_buffer)
         return sock

@@ -67,6 +67,7 @@ from tiermem.client.fastpath.bulk import BulkBroken, BulkPool, BulkUnreachable, 
 from tiermem.client.fastpath.copy import copy_bytes
 from tiermem.client.fastpath.session import (
     NoAnswer,
+    OpeningTimedOut,
     Session,
     SessionPool,
     SessionsFull,
@@ -603,6 +604,7 @@ class DataPlane:
                 done = self._via_session(
                     address,
                     lambda s: s.put(request, views, self._refusal, self._timeout(timeout_s)),
+                    self._timeout(timeout_s),
                 )
             except _Fallback:
                 done = None
@@ -690,7 +692,7 @@ class DataPlane:
         def put(session: Session) -> dataplane_pb2.TransferStatus:
             return session.put(request, views, self._refusal, self._timeout(timeout_s))
 
-        done = self._via_session(self._reachable(offer.bulk_address), put)
+        done = self._via_session(self._reachable(offer.bulk_address), put, self._timeout(timeout_s))
         if done is not None:
             self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
             return [_wire.info(m) for m in done.metas]
@@ -789,7 +791,9 @@ class DataPlane:
 
                 return self._via_session(address, send)
             timeout = self._timeout(timeout_s)
-            return self._via_session(address, lambda s: s.unary(op, request, reply, timeout))
+            return self._via_session(
+                address, lambda s: s.unary(op, request, reply, timeout), timeout
+            )
         except InvalidArgumentError as exc:
             if not exc.message.startswith("session request with op"):
                 raise
@@ -803,16 +807,24 @@ class DataPlane:
             return None
         return self._reachable(offer.bulk_address)
 
-    def _via_session(self, address: str, request: Callable[[Session], T]) -> T | None:
+    def _via_session(
+        self, address: str, request: Callable[[Session], T], timeout_s: float | None = None
+    ) -> T | None:
         """Run ``request`` on a bulk session to ``address``; None when the daemon
         offers no sessions (then negotiate a ticket). A session found closed
-        before the request reached the daemon is replaced once."""
+        before the request reached the daemon is replaced once. ``timeout_s``:
+        the call's, which opening a session counts against (None: only the I/O
+        timeout bounds it)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for _attempt in range(2):
             try:
-                with self._sessions.session(address) as session:
+                with self._sessions.session(address, deadline) as session:
                     return request(session)
             except StaleSession:
                 continue
+            except OpeningTimedOut as exc:  # nothing was sent; the call's time is up
+                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+                raise error_for("DEADLINE_EXCEEDED", str(exc)) from None
             except NoAnswer as exc:  # it may have run: never sent again
                 self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
                 raise error_for("DEADLINE_EXCEEDED", str(exc)) from None
@@ -1073,7 +1085,7 @@ class DataPlane:
             session.receive(streamed)
             return results
 
-        got = self._via_session(self._reachable(offer.bulk_address), get)
+        got = self._via_session(self._reachable(offer.bulk_address), get, self._timeout(timeout_s))
         if got is not None:
             return self._got(got)
         ticket = self._negotiate_call(

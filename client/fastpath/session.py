@@ -22,7 +22,7 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from tiermem.client.errors import TiermemClientError, error_for
-from tiermem.client.fastpath.bulk import BulkBroken, IdleSockets, present
+from tiermem.client.fastpath.bulk import BulkBroken, BulkUnreachable, IdleSockets, present
 from tiermem.dataplane_wire import (
     FLAG_ACCEPT_WITH_RESULT,
     LENGTH,
@@ -65,6 +65,12 @@ class StaleSession(BulkBroken):
     (it expired idle): nothing happened; retry on a new session."""
 
 
+class OpeningTimedOut(Exception):
+    """The daemon did not answer a session's opening (or the connection was not
+    made) by the call's deadline. No request was sent, so nothing ran; the
+    caller gets DEADLINE_EXCEEDED rather than waiting for the I/O timeout."""
+
+
 class NoAnswer(BulkBroken):
     """The request was sent and no answer came within the I/O timeout: the
     daemon may have run it (a delete, an ``if_absent`` put, a commit), so it is
@@ -81,13 +87,21 @@ class Session:
     status): past it the request raises DeadlineError and the connection is
     closed (its reply may still come; a put cut off before its final status
     stores nothing, one whose status was on its way may have been stored).
-    Every wait is also bounded by ``io_timeout_s``.
+    Every wait is also bounded by ``io_timeout_s``, and by ``deadline``: the
+    call's (``time.monotonic``), which the opening of the session counted
+    against, so a request gets what is left of its call's time.
     """
 
     def __init__(
-        self, sock: socket.socket, reused: bool, owed: int = 0, io_timeout_s: float = 30.0
+        self,
+        sock: socket.socket,
+        reused: bool,
+        owed: int = 0,
+        io_timeout_s: float = 30.0,
+        deadline: float | None = None,
     ) -> None:
         self.sock = sock
+        self.call_deadline = deadline
         self.io_timeout_s = io_timeout_s
         self.reused = reused
         self.in_step = True  # False once a request failed mid-way: do not pool
@@ -168,10 +182,21 @@ class Session:
         msg.ParseFromString(self._frame(MAX_STATUS_BYTES, deadline))
         return msg
 
-    def _begin(self, timeout_s: float | None) -> None:
-        """Start the clock of a request with the caller's ``timeout_s``."""
+    def _begin(self, timeout_s: float | None) -> float | None:
+        """Start the clock of a request with the caller's ``timeout_s``, never
+        past the call's deadline; returns the time it has (for its header).
+        Raises DeadlineError, before anything is sent, when none is left."""
+        now = time.monotonic()
+        deadline = None if timeout_s is None else now + timeout_s
+        if self.call_deadline is not None and (deadline is None or self.call_deadline < deadline):
+            deadline = self.call_deadline
         self._timeout_s = timeout_s
-        self._deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self._deadline = deadline
+        if deadline is None:
+            return None
+        if deadline <= now:
+            raise self._deadline_error("a bulk session request (its call's time was used up)")
+        return deadline - now
 
     def _deadline_error(self, what: str) -> TiermemClientError:
         """DeadlineError for a request whose ``what`` did not finish in time
@@ -259,11 +284,11 @@ class Session:
         self, op: int, payload: bytes, timeout_s: float | None
     ) -> dataplane_pb2.TransferStatus:
         """Send a request and read the daemon's first answer; raises its refusal."""
-        self._begin(timeout_s)
+        left_s = self._begin(timeout_s)
         self.drain()
         self.in_step = False
         try:
-            self.sock.sendall(request(op, payload, timeout_s=timeout_s))
+            self.sock.sendall(request(op, payload, timeout_s=left_s))
             status = self._first_answer()
         except TimeoutError:  # (the request's own deadline is DeadlineError)
             raise self._no_answer(f"bulk session request (op {op})") from None
@@ -304,13 +329,11 @@ class Session:
             except TiermemClientError as exc:
                 raise refusal(exc) from exc
             return self.send(views)
-        self._begin(timeout_s)
+        left_s = self._begin(timeout_s)
         self.drain()
         self.in_step = False
         try:
-            head = request(
-                OP_PUT, request_msg.SerializeToString(), FLAG_ACCEPT_WITH_RESULT, timeout_s
-            )
+            head = request(OP_PUT, request_msg.SerializeToString(), FLAG_ACCEPT_WITH_RESULT, left_s)
             self._send_parts([head, *views])
             first = self._first_answer()
             if first.code != "OK":
@@ -413,14 +436,42 @@ class SessionPool:
         # replies owed by pooled connections (see ``Session.send_only``)
         self._owed: weakref.WeakKeyDictionary[socket.socket, int] = weakref.WeakKeyDictionary()
 
-    def _open(self, address: str) -> socket.socket:
-        sock = self._pool.connect(address)  # BulkUnreachable if it cannot be made
+    def _open(self, address: str, deadline: float | None) -> socket.socket:
+        """A new session's connection: connected, authenticated and answered
+        within the I/O timeout and by ``deadline`` (the call's; past it
+        OpeningTimedOut, nothing was asked of the daemon)."""
+
+        def late() -> OpeningTimedOut | None:
+            if deadline is None or time.monotonic() < deadline:
+                return None
+            return OpeningTimedOut(
+                f"bulk session to {address}: no answer to its opening within the call's timeout"
+            )
+
+        def wait_s() -> float:
+            """How long the next wait may take: the I/O timeout, or less."""
+            if deadline is None:
+                return self._io_timeout_s
+            return min(self._io_timeout_s, max(deadline - time.monotonic(), 0.001))
+
+        if (passed := late()) is not None:
+            raise passed
         try:
+            sock = self._pool.connect(address, wait_s())
+        except BulkUnreachable:  # no connection could be made
+            if (passed := late()) is not None:
+                raise passed from None
+            raise
+        try:
+            sock.settimeout(wait_s())
             status, _delivered = present(
                 sock, preamble(SESSION_TICKET, self._credential) + frame(self._acting)
             )
+            sock.settimeout(self._io_timeout_s)
         except (OSError, BulkBroken) as exc:
             sock.close()
+            if isinstance(exc, TimeoutError) and (passed := late()) is not None:
+                raise passed from None
             raise BulkBroken(f"bulk session to {address} failed: {exc}") from None
         if status.code == "OK":
             return sock
@@ -436,9 +487,11 @@ class SessionPool:
         raise error_for(status.code, status.message, status.request_id)
 
     @contextmanager
-    def session(self, address: str) -> Iterator[Session]:
+    def session(self, address: str, deadline: float | None = None) -> Iterator[Session]:
         """A session to ``address`` for one request (pooled afterwards if the
-        request ended in step). Raises SessionsUnsupported, SessionsFull, BulkBroken."""
+        request ended in step). ``deadline`` (``time.monotonic``): the call's,
+        which bounds opening a new session and then the request on it. Raises
+        SessionsUnsupported, SessionsFull, BulkBroken, OpeningTimedOut."""
         with self._lock:
             if address in self._unsupported:
                 raise SessionsUnsupported(address)
@@ -446,14 +499,14 @@ class SessionPool:
         if sock is not None:
             with self._lock:
                 owed = self._owed.pop(sock, 0)
-            s = Session(sock, reused=True, owed=owed, io_timeout_s=self._io_timeout_s)
+            s = Session(sock, True, owed, self._io_timeout_s, deadline)
             # (owed replies are read by the request itself, within its deadline;
             # while they wait the socket is readable and is not taken for closed)
             if _peer_closed(sock):  # closed while pooled: nothing sent yet
                 sock.close()
                 raise StaleSession(f"pooled bulk session to {address} was closed")
         else:
-            s = Session(self._open(address), False, io_timeout_s=self._io_timeout_s)
+            s = Session(self._open(address, deadline), False, 0, self._io_timeout_s, deadline)
         try:
             yield s
         finally:

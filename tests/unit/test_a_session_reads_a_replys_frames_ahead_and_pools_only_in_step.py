@@ -146,7 +146,7 @@ def test_bytes_left_over_after_a_request_close_the_connection(
 ) -> None:
     sock, peer = pair
     pool = SessionPool(b"", "")
-    monkeypatch.setattr(pool, "_open", lambda address: sock)
+    monkeypatch.setattr(pool, "_open", lambda address, deadline: sock)
     given_back: list[object] = []
     monkeypatch.setattr(pool._pool, "give_back", lambda address, s: given_back.append(s))
 
