@@ -53,9 +53,12 @@ def where_clause(
     session: str,
     key_prefix: str,
     visible_sessions: Sequence[str] | None,
+    granted: tuple[Sequence[str], Sequence[str]] = ((), ()),
 ) -> str:
     """The filter of a search. ``visible_sessions``: owners a session caller may
-    see ('' = unowned), None for a trusted caller."""
+    see ('' = unowned), None for a trusted caller. ``granted``: (owners, key
+    prefixes) whose blobs the caller may also see, those of any of the owners
+    under any of the prefixes (a child session's grants over its ancestors)."""
     parts = [f"namespace = {quote(namespace)}"]
     if media_type.endswith("/*"):
         parts.append(f"starts_with(media_type, {quote(media_type[:-1])})")
@@ -70,7 +73,15 @@ def where_clause(
     if key_prefix:
         parts.append(f"starts_with(key, {quote(key_prefix)})")
     if visible_sessions is not None:
-        parts.append(f"session IN ({', '.join(quote(s) for s in visible_sessions)})")
+        owners = f"session IN ({', '.join(quote(s) for s in visible_sessions)})"
+        granted_owners, prefixes = granted
+        if granted_owners and prefixes:
+            shared = f"session IN ({', '.join(quote(s) for s in granted_owners)})"
+            if "" not in prefixes:
+                keys = " OR ".join(f"starts_with(key, {quote(p)})" for p in prefixes)
+                shared = f"{shared} AND ({keys})"
+            owners = f"({owners} OR ({shared}))"
+        parts.append(owners)
     return " AND ".join(parts)
 
 

@@ -1316,6 +1316,7 @@ class BlobService:
             flt.session,
             flt.key_prefix,
             None if not caller else ["", caller],
+            self._granted(namespace, caller),
         )
         hits = []
         for hit in index.search(space, query, k, where, metric):
@@ -1326,6 +1327,26 @@ class BlobService:
             hits.append(SearchHit(info, hit.distance, space))
         self.metrics.blob_ops.labels("search", "found" if hits else "missing").inc()
         return hits
+
+    def _granted(self, namespace: str, caller: str) -> tuple[list[str], list[str]]:
+        """(owners, key prefixes) of the blobs in ``namespace`` that ``caller``'s
+        grants let it read: its ancestors' blobs under its BLOB grants' prefixes
+        (as ``SessionService.read_grant`` decides for one blob). Bounded by
+        ``agent.sessions.max_depth`` and ``max_grants``."""
+        sessions = self.sessions
+        session = sessions.get(caller) if sessions is not None and caller else None
+        if sessions is None or session is None:
+            return [], []
+        prefixes = sorted(
+            {
+                g.key_prefix
+                for g in session.grants
+                if g.kind == Kind.BLOB and g.namespace == namespace
+            }
+        )
+        if not prefixes:
+            return [], []
+        return [a.id for a in sessions.ancestors(caller)], prefixes
 
     def _require_index(self) -> SearchIndex:
         if self.index is None:
