@@ -11,7 +11,9 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   remembered, up to ``MAX_DEFERRED_PUBLISHES``) and queued as soon as the
   writer has made room, so a burst of puts is published late, not lost. Beyond
   that bound, and after ``PUBLISH_ATTEMPTS`` failed uploads, publishes are
-  skipped and counted;
+  skipped and counted, and the key's remote copy is deleted (queued after any
+  publish on its way): an older version left there would be adopted by other
+  daemons, and by this one once the new version is evicted;
 * **delete** — objects removed on purpose (delete, TTL, session close) have
   their remote copies deleted by the same thread, in order with the publishes
   (an eviction keeps the remote copy: other daemons may still use it);
@@ -201,6 +203,7 @@ class RemoteService:
                 return  # the waiting publish will upload this version
             if not self.remote.fits(size):
                 m.remote_published.labels("skipped").inc()
+                self._queue_deletes([key])  # an older version may be there
                 return
             if self._deferred or self._queued_bytes + size > int(self.config.publish_queue_bytes):
                 # the queue is full: publish it once the writer has made room
@@ -209,6 +212,7 @@ class RemoteService:
                     self._deferred[key] = size
                 else:
                     m.remote_published.labels("skipped").inc()
+                    self._queue_deletes([key])
                 return
             self._queue_publish(_Op(False, key, size))
             self._cond.notify()
@@ -239,13 +243,29 @@ class RemoteService:
         the upload would otherwise leave the deleted object in the store)."""
         with self._cond:
             racing = [k for k in unpublished if k in self._queued_keys or k in self._publishing]
-            wanted = [*keys, *racing]
-            room = MAX_PENDING_DELETES - self._deletes
-            for key in wanted[: max(0, room)]:
-                self._ops.append(_Op(True, key, 0))
-                self._deleting[key] = self._deleting.get(key, 0) + 1
-            self._deletes += min(len(wanted), max(0, room))
-            self._cond.notify()
+            self._queue_deletes([*keys, *racing])
+
+    def _not_published(self, keys: Sequence[bytes]) -> None:
+        """Uploads of ``keys`` were given up: delete what the store holds under
+        their names (an older version), unless a later put queued them again
+        (that publish replaces it, or ends here in turn)."""
+        with self._cond:
+            self._queue_deletes(
+                [k for k in keys if k not in self._queued_keys and k not in self._deferred]
+            )
+
+    def _queue_deletes(self, keys: Sequence[bytes]) -> None:
+        """Queue remote deletes of ``keys`` after everything queued so far, up to
+        ``MAX_PENDING_DELETES`` (more are left to the store's own eviction; call
+        with _cond)."""
+        if not keys:
+            return
+        room = max(0, MAX_PENDING_DELETES - self._deletes)
+        for key in keys[:room]:
+            self._ops.append(_Op(True, key, 0))
+            self._deleting[key] = self._deleting.get(key, 0) + 1
+        self._deletes += min(len(keys), room)
+        self._cond.notify()
 
     def deleting(self, key: bytes) -> bool:
         """Whether a remote delete of ``key`` is queued or running."""
@@ -360,6 +380,14 @@ class RemoteService:
                 now = catalog.find(key) if ok else None
                 if now is not None and (now.checksum, now.size) == (entry.checksum, entry.size):
                     catalog.set_remote(now.row, True)
+        retried = {op.key for op in retry}
+        self._not_published(
+            [
+                key
+                for (key, _, _, _), ok in zip(items, stored, strict=True)
+                if not ok and key not in retried
+            ]
+        )
         done = sum(stored)
         if done:
             m.remote_published.labels("stored").inc(done)
