@@ -116,11 +116,18 @@ class Mover:
             released_ssd = False
             if ssd_copy is not None:
                 batch = self.catalog.rocks.batch()
-                if self.catalog.stage_ssd_location(
+                if not self.catalog.stage_ssd_location(
                     batch, encoded, ssd_copy.segment, ssd_copy.offset
                 ):
-                    store.ssd.stage(ssd_copy, encoded, batch)
+                    store.ssd.discard(encoded, ssd_copy)  # no record to point at it
+                    return False
+                store.ssd.stage(ssd_copy, encoded, batch)
+                try:
                     batch.commit(sync=False)
+                except BaseException:
+                    # nothing names the new copy: its space is free again
+                    store.ssd.discard(encoded, ssd_copy)
+                    raise
                 seg, seg_off = ssd_copy.segment, ssd_copy.offset
             elif target == Tier.REMOTE and entry.persisted:
                 # Served from the remote store now: the SSD copy goes (the planner
@@ -259,7 +266,12 @@ class Mover:
                 ):
                     segments.release(new_seg, len(info.key), entry.size)
                     continue
-                batch.commit(sync=False)
+                try:
+                    batch.commit(sync=False)
+                except BaseException:
+                    # the record still names the old copy: the new one is not live
+                    segments.release(new_seg, len(info.key), entry.size)
+                    raise
                 self.catalog.place(
                     entry.row, info.key, tier=now.tier, loc=now.loc, seg=new_seg, seg_off=new_off
                 )
