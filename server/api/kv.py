@@ -6,6 +6,7 @@ from collections.abc import Iterator, Sequence
 
 import grpc
 
+from tiermem.server.api.convert import acting_session
 from tiermem.server.errors import InvalidArgument
 from tiermem.server.protoconv import profile_from_proto, tensor_from_proto, tensor_to_proto
 from tiermem.server.services.kv import BlockPut, KvScope, KvService, PackedHashes
@@ -142,5 +143,7 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
     def DeleteBlocks(
         self, request: kv_pb2.DeleteBlocksRequest, context: grpc.ServicerContext
     ) -> kv_pb2.DeleteBlocksResponse:
-        deleted, freed = self._kv.delete_blocks(request.namespace, request.model, request.session)
+        deleted, freed = self._kv.delete_blocks(
+            request.namespace, request.model, request.session, acting_session(context)
+        )
         return kv_pb2.DeleteBlocksResponse(deleted=deleted, freed_bytes=freed)

@@ -30,7 +30,13 @@ import xxhash
 from tiermem import kv_keys
 from tiermem.server.codecs import lossy
 from tiermem.server.config import KvConfig, RemoteTierConfig
-from tiermem.server.errors import InvalidArgument, NotFound, TiermemError, Unavailable
+from tiermem.server.errors import (
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    TiermemError,
+    Unavailable,
+)
 from tiermem.server.model import (
     Kind,
     ObjectKey,
@@ -582,9 +588,17 @@ class KvService:
         return self.mover.move(encoded_key, target)
 
     # -- delete -------------------------------------------------------------------------
-    def delete_blocks(self, namespace: str, model: str = "", session: str = "") -> tuple[int, int]:
+    def delete_blocks(
+        self, namespace: str, model: str = "", session: str = "", caller: str = ""
+    ) -> tuple[int, int]:
         """Delete the namespace's KV blocks (only ``model``'s / ``session``'s if
-        given). Returns (blocks deleted, bytes freed)."""
+        given). Returns (blocks deleted, bytes freed).
+
+        A ``caller`` acting as a session deletes by the rules of an object delete
+        made as it (``ObjectGuard.check_access``): blocks it may not delete (a
+        sibling's, which do not exist for it, or an ancestor's shared with it
+        read-only) are left and not counted, where a delete of one of them
+        alone would be refused. No caller: a trusted tool, every block."""
         validate_namespace(namespace)
         validate_session(session)
         if model:
@@ -605,26 +619,33 @@ class KvService:
         for encoded in keys:
             page.append(encoded)
             if len(page) >= _DELETE_PAGE:
-                d, f, dur = self._remove(page)
+                d, f, dur = self._remove(page, caller)
                 deleted, freed, durable = deleted + d, freed + f, durable or dur
                 page = []
-        d, f, dur = self._remove(page)
+        d, f, dur = self._remove(page, caller)
         deleted, freed, durable = deleted + d, freed + f, durable or dur
         if durable:
             self.objects.sync()
         self.store.metrics.kv_blocks.labels("delete", "deleted").inc(deleted)
         return deleted, freed
 
-    def _remove(self, encoded_keys: list[bytes]) -> tuple[int, int, bool]:
-        """Remove a page of objects under one lock hold: (count, bytes, any durable)."""
+    def _remove(self, encoded_keys: list[bytes], caller: str = "") -> tuple[int, int, bool]:
+        """Remove a page of objects under one lock hold: (count, bytes, any
+        durable). Objects ``caller`` may not delete are left."""
         deleted = freed = 0
         durable = False
         catalog = self.store.catalog
+        guard = self.objects.guard
         with self.store.lock:
             for k in encoded_keys:
                 entry = catalog.find(k)
                 if entry is None:
                     continue
+                if caller:
+                    try:
+                        guard.check_access(catalog.meta(k, entry), caller, write=True)
+                    except (NotFound, PermissionDenied):
+                        continue
                 freed += self.store.remove_locked(k, entry)
                 durable = durable or entry.durable
                 deleted += 1

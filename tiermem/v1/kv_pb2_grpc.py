@@ -98,6 +98,9 @@ class KvServiceServicer(object):
 
     def DeleteBlocks(self, request, context):
         """Delete KV blocks of a namespace, optionally only one model's or one session's.
+        A caller acting as a session (x-tiermem-session) deletes only the blocks an
+        object delete made as it could delete: its own and those of no session;
+        the rest (a sibling's, an ancestor's shared read-only) are left, uncounted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -50,7 +50,11 @@ class KvServiceStub:
     Prefetch: _grpc.UnaryUnaryMultiCallable[_kv_pb2.PrefetchBlocksRequest, _kv_pb2.PrefetchBlocksResponse]
     """Hint that these chunks are about to be read: keep/promote them in memory."""
     DeleteBlocks: _grpc.UnaryUnaryMultiCallable[_kv_pb2.DeleteBlocksRequest, _kv_pb2.DeleteBlocksResponse]
-    """Delete KV blocks of a namespace, optionally only one model's or one session's."""
+    """Delete KV blocks of a namespace, optionally only one model's or one session's.
+    A caller acting as a session (x-tiermem-session) deletes only the blocks an
+    object delete made as it could delete: its own and those of no session;
+    the rest (a sibling's, an ancestor's shared read-only) are left, uncounted.
+    """
 
 @_typing.type_check_only
 class KvServiceAsyncStub(KvServiceStub):
@@ -70,7 +74,11 @@ class KvServiceAsyncStub(KvServiceStub):
     Prefetch: _aio.UnaryUnaryMultiCallable[_kv_pb2.PrefetchBlocksRequest, _kv_pb2.PrefetchBlocksResponse]  # type: ignore[assignment]
     """Hint that these chunks are about to be read: keep/promote them in memory."""
     DeleteBlocks: _aio.UnaryUnaryMultiCallable[_kv_pb2.DeleteBlocksRequest, _kv_pb2.DeleteBlocksResponse]  # type: ignore[assignment]
-    """Delete KV blocks of a namespace, optionally only one model's or one session's."""
+    """Delete KV blocks of a namespace, optionally only one model's or one session's.
+    A caller acting as a session (x-tiermem-session) deletes only the blocks an
+    object delete made as it could delete: its own and those of no session;
+    the rest (a sibling's, an ancestor's shared read-only) are left, uncounted.
+    """
 
 class KvServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -117,6 +125,10 @@ class KvServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _kv_pb2.DeleteBlocksRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kv_pb2.DeleteBlocksResponse, _abc.Awaitable[_kv_pb2.DeleteBlocksResponse]]:
-        """Delete KV blocks of a namespace, optionally only one model's or one session's."""
+        """Delete KV blocks of a namespace, optionally only one model's or one session's.
+        A caller acting as a session (x-tiermem-session) deletes only the blocks an
+        object delete made as it could delete: its own and those of no session;
+        the rest (a sibling's, an ancestor's shared read-only) are left, uncounted.
+        """
 
 def add_KvServiceServicer_to_server(servicer: KvServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
