@@ -18,6 +18,14 @@ moving out residents worth less per byte (``PlacementService.make_room`` with
 the newcomer's density), never by pushing out hotter data. A copy the planner
 demoted to SSD is worth nothing (the payload is on SSD already): it is deleted
 the next time it is looked up.
+
+Usage: a copy holds no data its namespace does not hold already (the blob
+counts there, once). The object catalog counts the copy as an object of the
+namespace all the same, so the cache keeps a tally of its copies per
+namespace (``copies``) — added when a fill commits, taken away when the store
+removes the object however it goes (a drop, an eviction: ``_removed``, a
+store removal observer) — and the blob service's namespace usage is net of
+it. A fill takes no quota admission: it adds no bytes to the namespace.
 """
 
 from __future__ import annotations
@@ -29,12 +37,15 @@ from collections.abc import Callable
 
 import xxhash
 
+from tiermem.server.catalog.catalog import Entry
 from tiermem.server.config import BlobsConfig
 from tiermem.server.errors import NotFound
-from tiermem.server.model import Durability, Kind, ObjectKey, Profile, Tier
+from tiermem.server.model import Durability, Kind, ObjectKey, Profile, Tier, key_prefix
 from tiermem.server.services.objects import ObjectRead, ObjectService, PutSpec
 
 PREFIX = ".tiermem/blob-cache/"
+#: What follows the namespace and its NUL in the encoded catalog key of a copy.
+_KEY_MARK = bytes((Kind.BLOB,)) + PREFIX.encode()
 #: Contents whose read rates are tracked (least recently read forgotten first).
 MAX_TRACKED = 65_536
 
@@ -52,7 +63,62 @@ class HotCache:
         self._access = objects.store.catalog.access
         self._reads: OrderedDict[tuple[str, bytes], tuple[float, float, int]] = OrderedDict()
         self._lock = threading.Lock()
+        #: namespace -> {sha256: bytes} of the copies the catalog holds
+        self._copies: dict[str, dict[bytes, int]] = {}
+        #: namespace -> bytes of its copies (the sum of ``_copies[namespace]``)
+        self._copy_bytes: dict[str, int] = {}
         self.enabled = config.cache_enabled and Tier.DRAM in self._store.memory
+        self._store.removal_observers.append(self._removed)
+
+    # -- the tally of copies (namespace usage is net of it) ------------------------------
+    def copies(self, namespace: str) -> tuple[int, int]:
+        """(copies, bytes) of blob contents ``namespace`` holds as cached copies,
+        which the object catalog counts as its objects."""
+        with self._lock:
+            held = self._copies.get(namespace)
+            return (len(held), self._copy_bytes[namespace]) if held else (0, 0)
+
+    def _tally(self, namespace: str, sha256: bytes, size: int | None) -> None:
+        """Note a copy of ``size`` bytes (None: forget it). Call with ``_lock``."""
+        held = self._copies.setdefault(namespace, {})
+        old = held.pop(sha256, 0)
+        if size is not None:
+            held[sha256] = size
+        total = self._copy_bytes.get(namespace, 0) - old + (size or 0)
+        if held:
+            self._copy_bytes[namespace] = total
+        else:
+            del self._copies[namespace]
+            self._copy_bytes.pop(namespace, None)
+
+    def _removed(self, victims: list[tuple[bytes, Entry]]) -> None:
+        """The store removed objects (called under its lock): forget the copies."""
+        if not self._copies:
+            return
+        for encoded, _entry in victims:
+            raw_namespace, _, rest = encoded.partition(b"\x00")
+            if not rest.startswith(_KEY_MARK):
+                continue
+            try:
+                sha256 = bytes.fromhex(rest[len(_KEY_MARK) :].decode())
+            except ValueError:
+                continue  # not a key the cache made
+            namespace = raw_namespace.decode()
+            with self._lock:
+                if sha256 in self._copies.get(namespace, {}):
+                    self._tally(namespace, sha256, None)
+
+    def sweep(self, namespaces: list[str]) -> int:
+        """Delete copies a previous run left (an SSD copy the planner demoted is
+        worth nothing, and the tally starts empty); returns how many. At start-up."""
+        catalog = self._store.catalog
+        swept = 0
+        for namespace in namespaces:
+            scope = key_prefix(namespace, Kind.BLOB, PREFIX)
+            for encoded, _record in list(catalog.scan_records(scope)):
+                self._objects.delete(ObjectKey.decode(encoded))
+                swept += 1
+        return swept
 
     @property
     def max_bytes(self) -> int:
@@ -142,8 +208,16 @@ class HotCache:
         except BaseException:
             engine.abort(reservation)
             raise
-        # path "shm": the bytes were written into the shared-memory arena
-        self._objects.commit_filled(spec, profile, reservation, checksum, path="shm")
+        # path "shm": the bytes were written into the shared-memory arena.
+        # ``admitted``: the copy adds nothing to the namespace (the blob counts,
+        # once), so it takes no quota admission, and a reader needs no WRITE role
+        # for it; its memory is the reservation's, not the in-flight budget's.
+        self._objects.commit_filled(spec, profile, reservation, checksum, path="shm", admitted=True)
+        with self._lock:
+            self._tally(namespace, sha256, size)
+        if self.tier(namespace, sha256) is None:  # removed before it was tallied
+            with self._lock:
+                self._tally(namespace, sha256, None)
         return True
 
     def drop(self, namespace: str, sha256: bytes) -> None:

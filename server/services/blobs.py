@@ -193,7 +193,7 @@ class BlobService:
         )
         self.cache = HotCache(objects, config)
         self.guard = self.store.guard
-        self.guard.add_usage_source(self.catalog.namespace_usage)
+        self.guard.add_usage_source(self.namespace_usage)
         self.dataplane: DataPlane | None = None
         self._changes = 0
         self._threads: list[Periodic] = []
@@ -216,6 +216,10 @@ class BlobService:
         self.index = SearchIndex(db, self._spaces)
         self._recover_uploads()
         self._collect_garbage()
+        with self.store.lock:
+            namespaces = list(self.store.catalog.namespaces)
+        if swept := self.cache.sweep(namespaces):
+            log.info("deleted %d blob cache copies left by the previous run", swept)
         self._publish_gauges()
         self._threads = [
             Periodic("tiermem-blob-index", self.config.index_interval_s, self.flush_index),
@@ -327,6 +331,14 @@ class BlobService:
         if old is not None and old.session == spec.session:
             credit[Tier.SSD] = int(old.size_bytes)
         sessions.check_quota(session, {Tier.SSD: spec.size_bytes}, credit)
+
+    def namespace_usage(self, namespace: str) -> tuple[int, int]:
+        """(objects, bytes) the namespace's blobs add to its quotas' count: the
+        blobs, each once at its logical size, less their cached DRAM copies,
+        which the object catalog counts as objects of the namespace already."""
+        blobs, nbytes = self.catalog.namespace_usage(namespace)
+        copies, copy_bytes = self.cache.copies(namespace)
+        return blobs - copies, nbytes - copy_bytes
 
     def session_usage(self, session: str) -> cleanup.Usage:
         """What ``session``'s blobs hold: their logical bytes, on SSD (the session

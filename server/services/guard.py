@@ -177,6 +177,17 @@ class Guard:
         """Count what another store (blobs) holds per namespace in its quotas."""
         self._usage_sources.append(source)
 
+    def namespace_usage(self, namespace: str) -> tuple[int, int]:
+        """(objects, bytes) the namespace quotas count for ``namespace`` now: the
+        object catalog's plus every usage source's (blobs), puts in progress not
+        included."""
+        objects, used = self._catalog.namespace_usage(namespace)
+        for source in self._usage_sources:
+            more_objects, more_bytes = source(namespace)
+            objects += more_objects
+            used += more_bytes
+        return objects, used
+
     def add_put_hook(self, hook: PutHook) -> None:
         """Register a check every put runs at admission (e.g. session quotas)."""
         self._put_hooks.append(hook)
@@ -254,11 +265,7 @@ class Guard:
     def _check_quota(
         self, namespace: str, st: _NsState, max_bytes: int, max_objects: int, net: int, new: int
     ) -> None:
-        objects, used = self._catalog.namespace_usage(namespace)
-        for source in self._usage_sources:
-            more_objects, more_bytes = source(namespace)
-            objects += more_objects
-            used += more_bytes
+        objects, used = self.namespace_usage(namespace)
         if max_bytes and net > 0 and used + st.pending_bytes + net > max_bytes:
             self._reject(
                 "namespace_bytes",

@@ -74,6 +74,10 @@ class Store:
         self.on_remote_removed: Callable[[list[bytes]], None] | None = None
         #: told of removed objects without a remote copy (``RemoteService._removed``)
         self.on_remote_unpublished: Callable[[list[bytes]], None] | None = None
+        #: called under the lock with every batch of removed objects, once their
+        #: rows are gone (e.g. the blob cache forgets its evicted copies); must
+        #: not block or take the lock again
+        self.removal_observers: list[Callable[[list[tuple[bytes, Entry]]], None]] = []
         self.lock = StoreLock(on_acquire=catalog.apply_touches)
         self.leases = Leases(self._free_memory)
         #: Access control and limits: every service calls ``guard.admit(namespace, role)``.
@@ -154,6 +158,8 @@ class Store:
             self.damage.discard(encoded_key)
             if entry.tier in self.memory:
                 self.leases.free(entry.tier, entry.loc, entry.size)
+        for observe in self.removal_observers:
+            observe(victims)
         if not keep_remote and self.on_remote_unpublished is not None:
             # (objects without a remote copy yet: their publish may be uploading)
             others = [k for k, e in victims if not e.remote_copy]
