@@ -48,3 +48,18 @@ def test_a_blob_larger_than_the_room_left_is_cached_and_read(
         c.blobs.put("big.bin", big)  # 3 MiB of 5: caching a counted copy would pass it
         read_until_cached(c, "big.bin", big)
         assert daemon.store.guard.namespace_usage("q") == (1, 3 * MiB)
+
+
+def test_a_reader_token_reads_a_hot_blob_as_it_is_cached(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    tokens = [
+        {"name": "writer", "token": "t-w", "namespaces": ["q"], "roles": ["read", "write"]},
+        {"name": "reader", "token": "t-r", "namespaces": ["q"], "roles": ["read"]},
+    ]
+    daemon = make_daemon(namespaces=["default", "q"], security={"tokens": tokens})
+    data = pattern(2 * MiB, seed=63)
+    with Client(daemon.address, token="t-w", namespace="q", timeout_s=30) as w:
+        w.blobs.put("hot.bin", data)
+    with Client(daemon.address, token="t-r", namespace="q", timeout_s=30) as r:
+        read_until_cached(r, "hot.bin", data)  # the copy needs no WRITE role
