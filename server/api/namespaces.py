@@ -5,6 +5,11 @@ repeated fields too) is authorized for the method's role before the service
 runs: read-only methods need READ, everything else WRITE. Services still call
 the guard themselves where a namespace is implied rather than named (a session
 id, for instance); this check makes sure no service can forget the named ones.
+
+A method whose request names no namespace is decided in ``NO_NAMESPACE``: it
+needs its role on at least one namespace, or it is authorized by the service
+from what the request names instead, or it is discovery open to every
+authenticated caller.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Any
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
+from tiermem.server.errors import PermissionDenied
 from tiermem.server.services.guard import Guard, Role, current_principal
 
 MAX_DEPTH = 4
@@ -27,6 +33,45 @@ READ_PREFIXES = (
     "Lease", "BeginGet", "Hello", "Prefetch", "Release", "OpenDownload", "Download",
     "BlobStats",
 )  # fmt: skip
+
+
+_V1 = "/tiermem.v1."
+
+#: Every method whose request names no namespace: the role the caller must hold
+#: on at least one namespace (so a token granted nothing, or only READ for a
+#: call that changes something, is refused), or None where that is not needed.
+NO_NAMESPACE: dict[str, Role | None] = {
+    # nothing else authorizes these
+    f"{_V1}AdminService/Stats": Role.READ,  # its cost report: the caller's namespaces only
+    f"{_V1}BlobService/BlobStats": Role.READ,
+    f"{_V1}ScratchService/Stats": Role.READ,
+    f"{_V1}ScratchService/Flush": Role.WRITE,  # writes back every session's buffered records
+    # authorized by the service: ADMIN, or the role on the namespace of the
+    # session, upload or leases the request names (listings: filtered by it)
+    f"{_V1}AdminService/CreateNamespace": None,
+    f"{_V1}BlobService/Upload": None,
+    f"{_V1}BlobService/GetUpload": None,
+    f"{_V1}BlobService/BeginBulkUpload": None,
+    f"{_V1}BlobService/ShmUpload": None,
+    f"{_V1}BlobService/FinishUpload": None,
+    f"{_V1}BlobService/AbortUpload": None,
+    f"{_V1}DataPlaneService/Commit": None,
+    f"{_V1}DataPlaneService/Release": None,
+    f"{_V1}OperatorService/Invoke": None,  # without a session: computes on its arguments only
+    f"{_V1}ScratchService/Append": None,
+    f"{_V1}ScratchService/AppendStream": None,
+    f"{_V1}ScratchService/Replay": None,
+    f"{_V1}ScratchService/Query": None,
+    f"{_V1}SessionService/Describe": None,
+    f"{_V1}SessionService/List": None,
+    f"{_V1}SessionService/Close": None,
+    f"{_V1}SessionService/Heartbeat": None,
+    # discovery, showing nothing of a namespace the caller is not granted
+    # (a write-only token negotiates Hello before its puts)
+    f"{_V1}AdminService/ListNamespaces": None,
+    f"{_V1}DataPlaneService/Hello": None,
+    f"{_V1}OperatorService/ListOperators": None,
+}
 
 
 def role_of(method: str) -> Role:
@@ -89,11 +134,18 @@ def namespaces_of(msg: Message, depth: int = 0) -> Iterator[str]:
 
 def authorize_request(guard: Guard, method: str, request: Any) -> None:
     """Raise PermissionDenied unless the caller holds the method's role on every
-    namespace the request names."""
+    namespace the request names (one naming none: as ``NO_NAMESPACE`` says)."""
     if not isinstance(request, Message):
         return
     role = role_of(method)
-    if current_principal.get().allows_everywhere(role):
+    who = current_principal.get()
+    if who.allows_everywhere(role):
         return  # no namespace it could name is refused: skip the walk
+    needed = NO_NAMESPACE.get(method)
+    if needed is not None:
+        guard.require(needed)
+        if not who.namespaces:
+            raise PermissionDenied(f"{who.name!r} is granted no namespace; {method} needs one")
+        return
     for namespace in set(namespaces_of(request)):
         guard.authorize(namespace, role)
