@@ -368,6 +368,10 @@ class BlobService:
             and (sessions.get(session) is not None or sessions.was_closed(session))
         ):
             sessions.require_open(session)
+            # the caller must be granted the owner session's namespace, as for
+            # object puts: else a token of one namespace could charge another's
+            # session, and that session's close would delete the blob
+            sessions.authorize(session, Role.WRITE)
             sessions.touch(session)
         return spec if session == spec.session else dataclasses.replace(spec, session=session)
 

@@ -50,3 +50,17 @@ def test_a_collection_for_a_foreign_session_is_refused(daemon_ab: Daemon) -> Non
             a.vectors.create("vb", 4)
             admin.sessions.close(s.id)
             assert [c.name for c in a.vectors.list()] == ["vb"]
+
+
+def test_a_blob_for_a_foreign_session_is_refused(daemon_ab: Daemon) -> None:
+    with Client(daemon_ab.address, token="t-admin", namespace="b") as admin:
+        s = admin.sessions.open(namespace="b", label="b-session", quotas={Tier.SSD: 1 << 20})
+        with Client(daemon_ab.address, token="t-a", namespace="a") as a:
+            with pytest.raises(PermissionDeniedError):
+                a.blobs.put("doc", b"y" * 1000, session=s.id)
+            with pytest.raises(PermissionDeniedError):
+                a.as_session(s.id).blobs.put("doc2", b"y" * 1000)
+            a.blobs.put("mine", b"z")
+            assert admin.sessions.describe(s.id).used_bytes(Tier.SSD) == 0
+            admin.sessions.close(s.id)
+            assert a.blobs.get("mine") == b"z"
