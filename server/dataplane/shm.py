@@ -288,8 +288,7 @@ class SharedMemoryPlane:
                 self._objects.check_upload(put.spec, xxh3, crc)
                 puts.append((put, xxh3))
         except BaseException:
-            for lease in leases:
-                lease.end()
+            self._leases.end_each(leases)  # (one that raises never hides this error)
             self._ended(leases, "aborted")
             raise
         if all(put.in_place for put, _ in puts):

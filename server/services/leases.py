@@ -13,16 +13,19 @@ Two layers:
   lease holds whatever keeps its region in place (a read lease: a reference
   above; a write lease: an uncommitted reservation) and gives it back through
   its ``end`` callback exactly once: on release, on commit, or when the
-  background worker reaps it after its TTL.
+  background worker reaps it after its TTL. Each lease's ``end`` runs in
+  isolation (``LeaseTable.end_each``): one that raises is logged and the
+  lease is still ended, and the others of the same pass are still ended.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -34,6 +37,8 @@ from tiermem.server.errors import (
     PermissionDenied,
 )
 from tiermem.server.model import Tier
+
+log = logging.getLogger(__name__)
 
 Freer = Callable[[Tier, int, int], None]
 
@@ -233,8 +238,8 @@ class LeaseTable:
                         )
                 taken = [self._leases.pop(lease_id) for lease_id in lease_ids]
         finally:
+            self.end_each(expired)  # (an ``end`` that raises never hides the answer)
             for lease in expired:
-                lease.end()
                 self._note(lease, "expired")
         return taken
 
@@ -249,8 +254,7 @@ class LeaseTable:
     def release_many(self, lease_ids: Sequence[int], owner: str) -> int:
         """End leases of either kind (read: released; write: aborted)."""
         leases = self.take_many(lease_ids, owner, None)
-        for lease in leases:
-            lease.end()
+        self.end_each(leases)
         self.finish([lease for lease in leases if lease.kind is LeaseKind.READ], "released")
         self.finish([lease for lease in leases if lease.kind is LeaseKind.WRITE], "aborted")
         return len(leases)
@@ -263,8 +267,8 @@ class LeaseTable:
             for lease in gone:
                 del self._leases[lease.lease_id]
                 self._remember(lease.lease_id, "expired")
+        self.end_each(gone)
         for lease in gone:
-            lease.end()
             self._note(lease, "expired")
         return len(gone)
 
@@ -273,8 +277,27 @@ class LeaseTable:
         with self._lock:
             gone = list(self._leases.values())
             self._leases.clear()
-        for lease in gone:
-            lease.end()
+        self.end_each(gone)
+
+    @staticmethod
+    def end_each(leases: Iterable[Lease]) -> None:
+        """Call each lease's ``end`` (leases already out of the table), each in
+        isolation: one that raises is logged and the rest still end, so one
+        broken callback cannot keep the regions of the others held forever
+        (nothing would end them later). What the failed one held may stay held;
+        the lease itself is ended either way."""
+        for lease in leases:
+            try:
+                lease.end()
+            except Exception:
+                log.exception(
+                    "ending %s lease %#x (arena [%d, +%d)) failed; "
+                    "what held its region may stay held",
+                    lease.kind.value,
+                    lease.lease_id,
+                    lease.offset,
+                    lease.length,
+                )
 
     def _note(self, lease: Lease, how: str) -> None:
         if how == "expired":
