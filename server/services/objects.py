@@ -230,6 +230,10 @@ class ObjectService:
         #: Called after every committed put (outside the lock); the remote service
         #: publishes shared kinds from it.
         self.on_commit: Callable[[ObjectMeta], None] | None = None
+        #: Called under the lock with the keys of objects a put replaced whose old
+        #: version has a remote copy (the remote service deletes it unless the new
+        #: version is published over it).
+        self.on_remote_replaced: Callable[[list[bytes]], None] | None = None
 
     @property
     def pressure(self) -> threading.Event:
@@ -613,6 +617,13 @@ class ObjectService:
                     store.damage.discard(encoded[i])
                     if old.tier in store.memory:
                         store.leases.free(old.tier, old.loc, old.size)
+            remote = [
+                enc
+                for enc, (old, _s, _v) in zip(encoded, olds, strict=True)
+                if old is not None and old.remote_copy
+            ]
+            if remote and self.on_remote_replaced is not None:
+                self.on_remote_replaced(remote)
         return metas, staged, replaced_durable
 
     def sync(self) -> None:
@@ -793,6 +804,8 @@ class ObjectService:
                 store.damage.discard(encoded)
                 if old.tier in store.memory:
                     store.leases.free(old.tier, old.loc, old.size)
+                if old.remote_copy and self.on_remote_replaced is not None:
+                    self.on_remote_replaced([encoded])
         return meta, old is not None and old.durable
 
     # -- get / stat ---------------------------------------------------------------------

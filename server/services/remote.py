@@ -13,7 +13,8 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   that bound, and after ``PUBLISH_ATTEMPTS`` failed uploads, publishes are
   skipped and counted, and the key's remote copy is deleted (queued after any
   publish on its way): an older version left there would be adopted by other
-  daemons, and by this one once the new version is evicted;
+  daemons, and by this one once the new version is evicted (with ``share``
+  off, an overwrite deletes the copy a demotion left there, for that reason);
 * **delete** — objects removed on purpose (delete, TTL, session close) have
   their remote copies deleted by the same thread, in order with the publishes
   (an eviction keeps the remote copy: other daemons may still use it);
@@ -159,6 +160,7 @@ class RemoteService:
         self._thread: threading.Thread | None = None
         store.on_remote_removed = self._removed
         store.on_remote_unpublished = lambda keys: self._removed([], keys)
+        objects.on_remote_replaced = self._replaced
         if config.share:
             objects.on_commit = self._committed
 
@@ -244,6 +246,16 @@ class RemoteService:
         with self._cond:
             racing = [k for k in unpublished if k in self._queued_keys or k in self._publishing]
             self._queue_deletes([*keys, *racing])
+
+    def _replaced(self, keys: list[bytes]) -> None:
+        """Called under the store lock with overwritten objects whose old version
+        has a remote copy: delete it unless the new version is published over
+        it (a publish that ends up skipped or given up deletes it then)."""
+        published = self.config.share
+        with self._cond:
+            self._queue_deletes(
+                [k for k in keys if not (published and ObjectKey.decode(k).kind in self.kinds)]
+            )
 
     def _not_published(self, keys: Sequence[bytes]) -> None:
         """Uploads of ``keys`` were given up: delete what the store holds under

@@ -20,6 +20,7 @@ from tiermem.client import Client, Kind, NotFoundError
 from tiermem.server.app import Daemon
 from tiermem.server.model import Kind as ServerKind
 from tiermem.server.model import ObjectKey
+from tiermem.server.model import Tier as ServerTier
 from tiermem.server.services.remote import PUBLISH_ATTEMPTS
 
 BLOCK = 4096
@@ -119,3 +120,24 @@ def test_the_same_daemon_never_adopts_the_old_version_after_evicting_the_new(
         assert a.remote.fetch([KEY]) == 0
         with pytest.raises(NotFoundError):
             ca.get(Kind.KV_BLOCK, "block")
+
+
+def test_with_sharing_off_an_overwrite_deletes_the_demoted_old_copy(
+    make_daemon: Callable[..., Daemon], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FlakyStore(failing_puts=0)
+    a, b = two_daemons(store, make_daemon, monkeypatch, share=False)
+    assert a.remote is not None
+    with Client(a.address) as ca:
+        ca.put(Kind.KV_BLOCK, "block", b"1" * BLOCK)
+        assert a.mover.move(KEY, ServerTier.REMOTE)  # demoted: the store holds it
+        assert len(store.values) == 1
+        ca.put(Kind.KV_BLOCK, "block", b"2" * BLOCK)  # never published (share off)
+        a.maintain()
+        assert not store.values
+        entry = a.store.catalog.find(KEY)
+        assert entry is not None and a.mover.evict(KEY, entry.tier) > 0
+        assert a.remote.fetch([KEY]) == 0  # the old version is not adopted back
+        with pytest.raises(NotFoundError):
+            ca.get(Kind.KV_BLOCK, "block")
+    other_daemon_finds_nothing(b)
