@@ -4,9 +4,10 @@ Two entry points share the per-object checks:
 
 * ``check_online(store, ...)`` runs inside the daemon (``IntegrityService.Check``):
   it walks the catalog, takes each object's current entry under the lock and
-  verifies its SSD copy without the lock. A failure on a copy that moved meanwhile
-  (compaction, overwrite) is not damage; one on the same copy is registered in
-  the damage log, so reads answer DATA_LOSS and the metric counts it.
+  verifies its SSD copy without the lock. A failure on an SSD copy that moved
+  or went meanwhile (compaction, overwrite, delete) is not damage; one on the
+  same SSD copy is registered in the damage log, so reads answer DATA_LOSS and
+  the metric counts it, even if the object's serving copy moved between tiers.
 * ``check_offline(data_dir, ...)`` opens the catalog read-only next to (or
   without) a daemon and checks the records as stored.
 
@@ -231,9 +232,10 @@ def check_online(
         report.bytes_checked += entry.size
         if problem is None:
             continue
-        with store.lock:
+        with store.lock:  # the SSD copy checked, still the object's? (its serving
+            # copy moving between tiers meanwhile changes nothing about that one)
             now = catalog.find(encoded)
-            same = now is not None and now.same_copy(entry)
+            same = now is not None and now.same_ssd_copy(entry)
         if same:
             store.damage.add(encoded, problem[0], f"{_name(encoded)}: {problem[1]}")
             report.add(Damage(_name(encoded), problem[1], problem[0]), listed)
