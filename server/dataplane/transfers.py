@@ -24,6 +24,7 @@ the same ticket rules (single use, expiry, owner binding, byte budget).
 
 from __future__ import annotations
 
+import logging
 import secrets
 import socket
 import threading
@@ -54,6 +55,8 @@ from tiermem.server.services.objects import FilledPut, ObjectRead, ObjectService
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.dram import DramEngine
 from tiermem.v1 import common_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 #: Received bytes are hashed in windows of this size, right after they land
 #: (while still in cache): one memoryview slice per window, no copies.
@@ -115,6 +118,18 @@ class Ticket:
         return sum(item.size for item in self.gets if item.reader is not None)
 
 
+def _end_each(tickets: Sequence[Ticket]) -> None:
+    """Call each ticket's ``end`` (tickets already out of the table), each in
+    isolation, as ``LeaseTable.end_each`` does for leases: one that raises is
+    logged and the rest still end, so it cannot keep what the others hold
+    (nothing would end them later)."""
+    for ticket in tickets:
+        try:
+            ticket.end()
+        except Exception:
+            log.exception("ending %s bulk ticket failed; what it held may stay held", ticket.op)
+
+
 class TicketTable:
     """Outstanding tickets, bounded; claimed once; reaped after expiry."""
 
@@ -171,7 +186,7 @@ class TicketTable:
                 return ticket
         finally:
             if burnt is not None:
-                burnt.end()
+                _end_each([burnt])  # (an ``end`` that raises never hides the answer)
 
     def reap_expired(self) -> int:
         with self._lock:
@@ -180,16 +195,14 @@ class TicketTable:
             for ticket in gone:
                 del self._tickets[ticket.ticket_id]
                 self._remember(ticket.ticket_id, "expired")
-        for ticket in gone:
-            ticket.end()
+        _end_each(gone)
         return len(gone)
 
     def end_all(self) -> None:
         with self._lock:
             gone = list(self._tickets.values())
             self._tickets.clear()
-        for ticket in gone:
-            ticket.end()
+        _end_each(gone)
 
     def _remember(self, ticket_id: bytes, how: str) -> None:
         self._ended[ticket_id] = how
