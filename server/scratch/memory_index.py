@@ -5,8 +5,11 @@ operator use. ``FaissMemoryIndex`` is an in-process faiss implementation (exact
 inner-product search over normalised vectors, i.e. cosine); the collections
 service can stand in for it later without touching its callers.
 
-Filters are dicts with optional keys ``session`` (str), ``kinds`` (set of ints)
-and ``tags`` (set of str: a payload matches if it carries any of them).
+Filters are dicts with optional keys ``session`` (str), ``kinds`` (set of ints),
+``tags`` (set of str: a payload matches if it carries any of them) and
+``key_prefixes`` (sequence of str: a payload matches if its non-empty ``key``
+starts with one of them; how a child's SCRATCH grants narrow a search, so
+that the ``k`` results are ``k`` records the child may read).
 """
 
 from __future__ import annotations
@@ -64,7 +67,13 @@ def _matches(payload: Payload, flt: Mapping[str, Any]) -> bool:
     if kinds and payload.get("kind") not in kinds:
         return False
     tags = flt.get("tags")
-    return not tags or not tags.isdisjoint(payload.get("tags", ()))
+    if tags and tags.isdisjoint(payload.get("tags", ())):
+        return False
+    prefixes = flt.get("key_prefixes")
+    if prefixes is None:
+        return True
+    key = payload.get("key", "")
+    return bool(key) and any(key.startswith(p) for p in prefixes)
 
 
 class FaissMemoryIndex:

@@ -584,8 +584,13 @@ class ScratchService:
             self.sessions.touch(session)
         k = min(max(k, 1), 1000)
         vector = self.embedder.embed([text])[0]
-        flt = {"session": session, "kinds": set(kinds), "tags": set(tags)}
-        hits = self.index.search(vector, k if prefixes is None else k * 4, flt)
+        flt: dict[str, Any] = {"session": session, "kinds": set(kinds), "tags": set(tags)}
+        if prefixes is not None:
+            # the grants narrow the search itself: filtering the k nearest of
+            # all the session's records afterwards left fewer than k when its
+            # private notes were nearer
+            flt["key_prefixes"] = tuple(prefixes)
+        hits = self.index.search(vector, k, flt)
         values: dict[bytes, dict[int, Record]] = {}
         out: list[tuple[Record, float]] = []
         for hit in hits:
@@ -606,7 +611,7 @@ class ScratchService:
             if rec is None:
                 continue
             if prefixes is not None and not _granted(rec.key, prefixes):
-                continue
+                continue  # the index filtered already; the stored record decides
             out.append((rec, hit.score))
             if len(out) >= k:
                 break
@@ -754,7 +759,13 @@ class ScratchService:
 
 
 def _payload(r: Record, loc: bytes) -> dict[str, Any]:
-    return {"session": r.session, "kind": r.kind, "tags": frozenset(r.tags), "loc": loc}
+    return {
+        "session": r.session,
+        "kind": r.kind,
+        "tags": frozenset(r.tags),
+        "key": r.key,  # for the ``key_prefixes`` filter (grants)
+        "loc": loc,
+    }
 
 
 __all__ = [
