@@ -4,8 +4,8 @@ The object store's own objects are found through the catalog's ``by_session``
 index; everything else a session can own (scratchpad records, vector
 collections, blobs ...) lives in services the session service does not know.
 Each registers a ``SessionCleanup`` here; closing a session calls every
-``drop_session`` once (children before parents) and ``session_usage`` feeds
-``Describe`` and the per-tier quotas.
+``drop_session`` once (children before parents; again if that close failed and
+is resumed) and ``session_usage`` feeds ``Describe`` and the per-tier quotas.
 
 A plain callable ``drop(session) -> Freed | int | None`` can be registered too
 (an int is counted as freed bytes on the tier named at registration), so a
@@ -47,7 +47,10 @@ class SessionCleanup(Protocol):
 
     def drop_session(self, session: str) -> Freed:
         """Free everything ``session`` owns here, durably, and return what was freed.
-        Called once per closing session; must not call back into the session service."""
+        Called once per close of the session, never by two closes at once; a close
+        that failed (this or another step raised) is resumed by a later one, which
+        calls it again: free what is left. Must not call back into the session
+        service."""
         ...
 
     def session_usage(self, session: str) -> Usage:

@@ -7,6 +7,13 @@ and the records are deleted in one write batch together with the parent's
 ledger entry. A crash in between leaves CLOSING records, which the next start
 finishes (``recover``): nothing a closed session owned survives.
 
+A close that fails in between (a cleanup hook or the object delete raises)
+leaves its sessions CLOSING in memory too; a later close of them resumes
+the cleanup (the hooks free what is left; see ``SessionCleanup``), and so does
+the reaper. Each close claims the sessions it cleans up for its duration: a
+close that would take in a session another close is cleaning up waits for
+that one to end (at most ``_CLOSE_WAIT_S``), so no cleanup runs twice at once.
+
 Locks: the session lock is taken before the store lock, never after; cleanup
 hooks and the result sink are called without the session lock.
 """
@@ -32,6 +39,7 @@ from tiermem.server.errors import (
     InvariantViolation,
     NotFound,
     PermissionDenied,
+    Unavailable,
 )
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Kind, Tier
@@ -56,6 +64,8 @@ log = logging.getLogger(__name__)
 _SEQ = struct.Struct(">Q")
 #: Closed session ids remembered (in memory) so late puts naming them are refused.
 _CLOSED_MEMORY = 100_000
+#: How long a close waits for another close running in its subtree to end.
+_CLOSE_WAIT_S = 60.0
 
 
 class ResultSink(Protocol):
@@ -83,6 +93,9 @@ class SessionService:
         self._sessions: dict[str, Session] = {}
         self._closed: OrderedDict[str, None] = OrderedDict()
         self._lock = threading.RLock()
+        #: Sessions a close is cleaning up now (its subtree); guarded by ``_lock``.
+        self._claimed: set[str] = set()
+        self._unclaimed = threading.Condition(self._lock)
 
     # -- queries used by other services (lock-free reads of the dict) -----------
     def authorize(self, session: str, role: Role) -> None:
@@ -335,24 +348,53 @@ class SessionService:
                 f"result is {len(result)} bytes; the limit is {limit} "
                 "(agent.sessions.max_result_bytes): hand the parent one line, not the work"
             )
+        deadline = time.monotonic() + _CLOSE_WAIT_S
         with self._lock:
-            top = self._sessions.get(session)
-            if top is None:
-                raise NotFound(f"session {session!r} not found")
-            if caller and caller != session and not self.is_ancestor(caller, session):
-                raise PermissionDenied(
-                    f"session {caller!r} may close only itself and its descendants"
-                )
-            if top.state == SessionState.CLOSING:
-                raise FailedPrecondition(f"session {session!r} is being closed already")
-            subtree = self._post_order(session)
+            while True:
+                top = self._sessions.get(session)
+                if top is None:
+                    raise NotFound(f"session {session!r} not found")
+                if caller and caller != session and not self.is_ancestor(caller, session):
+                    raise PermissionDenied(
+                        f"session {caller!r} may close only itself and its descendants"
+                    )
+                if session in self._claimed:
+                    raise FailedPrecondition(f"session {session!r} is being closed already")
+                subtree = self._post_order(session)
+                busy = [s.id for s in subtree if s.id in self._claimed]
+                if not busy:
+                    break
+                # a close of a descendant is running: wait for it to end, then
+                # take in what it left (nothing, or a CLOSING session it failed on)
+                left_s = deadline - time.monotonic()
+                if left_s <= 0:
+                    raise Unavailable(
+                        f"session {busy[0]!r} under {session!r} is being closed by another "
+                        f"call that has not ended within {_CLOSE_WAIT_S:.0f} s; retry"
+                    )
+                self._unclaimed.wait(left_s)
             batch = self.rocks.batch()
             for s in subtree:
+                if s.state == SessionState.CLOSING:  # a failed close: its reason stands
+                    continue
                 s.state = SessionState.CLOSING
                 s.close_reason = reason if s is top else CloseReason.PARENT_CLOSED
                 batch.put("sessions", s.id.encode(), _to_record(s).SerializeToString())
             batch.commit(sync=True)
-        return self._finish_close(top, subtree, result, result_tokens)
+            self._claimed.update(s.id for s in subtree)
+        return self._finish_claimed(top, subtree, result, result_tokens)
+
+    def _finish_claimed(
+        self, top: Session, subtree: list[Session], result: bytes, result_tokens: int
+    ) -> CloseReport:
+        """``_finish_close`` of a claimed subtree; the claim ends either way, and
+        on failure the sessions stay CLOSING for a later close to resume."""
+        try:
+            return self._finish_close(top, subtree, result, result_tokens)
+        finally:
+            with self._lock:
+                self._claimed.difference_update(s.id for s in subtree)
+                self._unclaimed.notify_all()
 
     def _post_order(self, session: str) -> list[Session]:
         out: list[Session] = []
@@ -461,6 +503,11 @@ class SessionService:
         with self._lock:
             for s in self._sessions.values():
                 if s.state != SessionState.OPEN:
+                    # a close that failed: resumed here, from its topmost session
+                    parent = self._sessions.get(s.parent) if s.parent else None
+                    stranded = s.id not in self._claimed
+                    if stranded and (parent is None or parent.state == SessionState.OPEN):
+                        due.append((s.id, s.close_reason or CloseReason.CLIENT))
                     continue
                 if s.expires_ms and now >= s.expires_ms:
                     due.append((s.id, CloseReason.EXPIRED))
@@ -473,6 +520,8 @@ class SessionService:
                 closed += 1
             except (NotFound, FailedPrecondition):
                 continue  # closed meanwhile, e.g. with its parent
+            except Exception:  # one session's failed close must not hold back the rest
+                log.exception("closing session %s (%s) failed; retried next pass", sid, reason.name)
         return closed
 
     # -- start-up -------------------------------------------------------------------
@@ -508,7 +557,8 @@ class SessionService:
                 for member in subtree:
                     member.state = SessionState.CLOSING
                     member.close_reason = member.close_reason or CloseReason.PARENT_CLOSED
-            self._finish_close(s, subtree, b"", 0)
+                self._claimed.update(member.id for member in subtree)
+            self._finish_claimed(s, subtree, b"", 0)
             closed += len(subtree)
         if closed:
             log.info("finished closing %d sessions interrupted by a crash", closed)
