@@ -247,6 +247,40 @@ class Guard:
         self._metrics.inflight_bytes.set(self._inflight_bytes)
         return Ticket(self, namespace, held, pending, new_objects)
 
+    def readmit(
+        self, ticket: Ticket, *, put_bytes: int, replaced_bytes: int, new_objects: int
+    ) -> None:
+        """Check an admitted put again against what its commit finds (call with
+        the store lock held, before the commit). The put was admitted for what
+        it would add then; if the object it replaces has gone meanwhile (a
+        delete, an expiry) or shrunk, it adds more, and the room the delete
+        made may have been given to another put. The difference is admitted
+        against the namespace quotas and held by ``ticket`` until its release,
+        or CapacityExceeded is raised and the put must not commit."""
+        more_bytes = max(0, put_bytes - replaced_bytes) - ticket.pending_bytes
+        more_objects = new_objects - ticket.pending_objects
+        if more_bytes <= 0 and more_objects <= 0:
+            return
+        more_bytes, more_objects = max(0, more_bytes), max(0, more_objects)
+        namespace = ticket.namespace
+        lim = self._limits.for_namespace(namespace)
+        if not (lim.max_bytes or lim.max_objects):
+            return
+        with self._lock:
+            st = self._ns.get(namespace)
+            if st is None:
+                st = self._ns[namespace] = _NsState()
+            self._check_quota(namespace, st, lim.max_bytes, lim.max_objects,
+                              more_bytes, more_objects)  # fmt: skip
+            if not ticket.counts_rpc or ticket._guard is None:
+                # admitted without shared state (nothing to hold then): held now
+                ticket._guard, ticket.counts_rpc = self, True
+                st.rpcs += 1
+            st.pending_bytes += more_bytes
+            st.pending_objects += more_objects
+            ticket.pending_bytes += more_bytes
+            ticket.pending_objects += more_objects
+
     def _check_bytes(self, namespace: str, st: _NsState, ns_limit: int, nbytes: int) -> None:
         budget = self._limits.max_inflight_bytes
         if self._inflight_bytes + nbytes > budget:

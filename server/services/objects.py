@@ -325,14 +325,14 @@ class ObjectService:
         catalog WAL synced. A CACHE object survives a process crash only if it
         was written to SSD; see docs/reliability.md."""
         profile = self.prepare(spec)
-        with self.admit_put(spec):
+        with self.admit_put(spec) as ticket:
             reservation = self.reserve(spec.size_bytes, profile, spec.key.kind)
             try:
                 checksum = self.receive_into(spec, chunks, reservation.buffer)
             except BaseException:
                 self.abort(reservation)
                 raise
-            return self.commit_filled(spec, profile, reservation, checksum, admitted=True)
+            return self.commit_filled(spec, profile, reservation, checksum, ticket=ticket)
 
     def commit_filled(
         self,
@@ -346,6 +346,7 @@ class ObjectService:
         publish: bool = True,
         admitted: bool = False,
         owed_sync: list[bool] | None = None,
+        ticket: Ticket | None = None,
     ) -> ObjectMeta:
         """Make a filled reservation visible exactly like a put: SSD copy when the
         object is DURABLE or admitted to SSD, engine commit, catalog commit, then
@@ -357,8 +358,11 @@ class ObjectService:
         labels the bytes metric (grpc, shm, bulk, remote). ``publish``: tell
         ``on_commit`` (False for values that came from the remote tier).
         ``admitted``: the caller holds the guard's admission for this put (else it
-        is admitted here, so quotas hold on every path)."""
-        if not admitted:
+        is admitted here, so quotas hold on every path); ``ticket``: that
+        admission, which the commit checks again (``Guard.readmit``: the object
+        it replaces may have been deleted meanwhile). A ticket implies
+        ``admitted``."""
+        if not admitted and ticket is None:
             try:
                 ticket = self.admit_put(spec)
             except BaseException:
@@ -373,8 +377,8 @@ class ObjectService:
                     path,
                     sync=sync,
                     publish=publish,
-                    admitted=True,
                     owed_sync=owed_sync,
+                    ticket=ticket,
                 )
         durable = profile.durability == Durability.DURABLE
         encoded = spec.key.encode()
@@ -387,7 +391,7 @@ class ObjectService:
             if reservation.tier in self.store.memory:
                 location = self.store.memory[reservation.tier].commit(reservation)
             meta, replaced_durable = self._commit(
-                spec, profile, encoded, checksum, reservation, location, ssd_copy
+                spec, profile, encoded, checksum, reservation, location, ssd_copy, ticket
             )
         except BaseException:
             if location is not None:  # freed once no reader holds it (``abort``)
@@ -442,9 +446,9 @@ class ObjectService:
                 self.abort(p.reservation)
             raise
         with contextlib.ExitStack() as held:
-            for ticket in admissions:
+            for ticket in admissions.values():
                 held.enter_context(ticket)
-            return self._commit_admitted(puts, encoded, path, publish, wires)
+            return self._commit_admitted(puts, encoded, admissions, path, publish, wires)
 
     def _commit_one_by_one(
         self, puts: Sequence[FilledPut], path: str, publish: bool
@@ -463,7 +467,9 @@ class ObjectService:
                 raise
         return metas
 
-    def _admit_puts(self, puts: Sequence[FilledPut], encoded: Sequence[bytes]) -> list[Ticket]:
+    def _admit_puts(
+        self, puts: Sequence[FilledPut], encoded: Sequence[bytes]
+    ) -> dict[tuple[str, str], Ticket]:
         """One guard admission per (namespace, session) group of a batch of puts."""
         groups: dict[tuple[str, str], list[int]] = {}
         index = self.catalog.index
@@ -475,21 +481,19 @@ class ObjectService:
                 g[0] += p.spec.size_bytes
                 g[1] += int(sizes[row]) if row is not None else 0
                 g[2] += 0 if row is not None else 1
-        tickets: list[Ticket] = []
+        tickets: dict[tuple[str, str], Ticket] = {}
         try:
             for (namespace, session), (put_bytes, replaced, new) in groups.items():
-                tickets.append(
-                    self.store.guard.admit(
-                        namespace,
-                        Role.WRITE,
-                        put_bytes=put_bytes,
-                        replaced_bytes=replaced,
-                        new_objects=new,
-                        session=session,
-                    )
+                tickets[(namespace, session)] = self.store.guard.admit(
+                    namespace,
+                    Role.WRITE,
+                    put_bytes=put_bytes,
+                    replaced_bytes=replaced,
+                    new_objects=new,
+                    session=session,
                 )
         except BaseException:
-            for ticket in tickets:
+            for ticket in tickets.values():
                 ticket.release()
             raise
         return tickets
@@ -498,6 +502,7 @@ class ObjectService:
         self,
         puts: Sequence[FilledPut],
         encoded: Sequence[bytes],
+        admissions: dict[tuple[str, str], Ticket],
         path: str,
         publish: bool,
         wires: list[pb.ObjectMeta] | None = None,
@@ -519,7 +524,7 @@ class ObjectService:
                 if p.reservation.tier in memory:
                     locations[i] = memory[p.reservation.tier].commit(p.reservation)
             metas, staged, replaced_durable = self._commit_batch(
-                puts, encoded, locations, ssd_copies
+                puts, encoded, locations, ssd_copies, admissions
             )
         except BaseException:
             for i, p in enumerate(puts):
@@ -554,6 +559,7 @@ class ObjectService:
         encoded: Sequence[bytes],
         locations: Sequence[int | None],
         ssd_copies: Sequence[SsdCopy | None],
+        admissions: dict[tuple[str, str], Ticket],
     ) -> tuple[list[ObjectMeta], list[pb.ObjectMeta], bool]:
         """``_commit`` of a whole batch: checks first, then one write batch.
         Returns the metas, the same as the messages their records hold, and
@@ -576,6 +582,17 @@ class ObjectService:
                 old_session, old_version = catalog.replaced(enc, old)
                 self.guard.check_put(p.spec, p.reservation.tier, old, old_session)
                 olds.append((old, old_session, old_version))
+            # what each group adds as found now, against what it was admitted for
+            found: dict[tuple[str, str], list[int]] = {}
+            for p, (old, _s, _v) in zip(puts, olds, strict=True):
+                g = found.setdefault((p.spec.key.namespace, p.spec.session), [0, 0, 0])
+                g[0] += p.spec.size_bytes
+                g[1] += old.size if old is not None else 0
+                g[2] += 0 if old is not None else 1
+            for group, (put_bytes, replaced, new) in found.items():
+                store.guard.readmit(
+                    admissions[group], put_bytes=put_bytes, replaced_bytes=replaced, new_objects=new
+                )
             batch = catalog.rocks.batch()
             staged: list[pb.ObjectMeta] = []
             released: list[tuple[bytes, int, int]] = []  # counted once committed
@@ -765,9 +782,11 @@ class ObjectService:
         reservation: Reservation,
         location: int | None,
         ssd_copy: SsdCopy | None,
+        ticket: Ticket | None,
     ) -> tuple[ObjectMeta, bool]:
         """Make the object visible; returns its metadata and whether it replaced a
-        DURABLE object (whose removal must then be synced too)."""
+        DURABLE object (whose removal must then be synced too). ``ticket``: the
+        put's admission, checked again against what it replaces now."""
         now_ms = int(time.time() * 1000)
         meta = _new_meta(spec, profile, checksum, reservation.tier, ssd_copy is not None, now_ms)
         seg = ssd_copy.segment if ssd_copy is not None else SEG_NONE
@@ -779,6 +798,13 @@ class ObjectService:
                 raise AlreadyExists(f"object {spec.key} exists (if_absent was set)")
             old_session, old_version = catalog.replaced(encoded, old)
             self.guard.check_put(spec, reservation.tier, old, old_session)
+            if ticket is not None:
+                store.guard.readmit(
+                    ticket,
+                    put_bytes=spec.size_bytes,
+                    replaced_bytes=old.size if old is not None else 0,
+                    new_objects=0 if old is not None else 1,
+                )
             batch = catalog.rocks.batch()
             if old is not None:
                 meta.version = old_version + 1
