@@ -109,6 +109,11 @@ LEASE_MARGIN_S = 1.0
 COPY_CHUNK_BYTES = 16 << 20
 #: A bulk channel that broke is not tried again for this long.
 BULK_COOLDOWN_S = 30.0
+#: Session openings in a row that may run out of their calls' time before the
+#: bulk channel is taken for down (then BULK_COOLDOWN_S): one short-deadline
+#: call meeting a momentarily slow daemon says nothing about the channel, a
+#: listener that never answers times out every call.
+OPENING_TIMEOUTS_BEFORE_COOLDOWN = 3
 #: How long ``close`` waits for the Release calls still queued to be sent.
 RELEASE_CLOSE_WAIT_S = 5.0
 #: The thread sending Release calls stops after this long without one.
@@ -293,6 +298,7 @@ class DataPlane:
         self._lock = threading.Lock()
         self._offer: _Offer | None = None
         self._bulk_down_until = 0.0
+        self._opening_timeouts = 0  # in a row (see OPENING_TIMEOUTS_BEFORE_COOLDOWN)
         # "file": blob downloads read by the client from the daemon's payload file
         self._stats = {p: _Counter() for p in (*PATHS, "file")}
         # Release calls are sent by one thread of the plane's (``_release_soon``)
@@ -819,11 +825,15 @@ class DataPlane:
         for _attempt in range(2):
             try:
                 with self._sessions.session(address, deadline) as session:
+                    self._opening_timeouts = 0
                     return request(session)
             except StaleSession:
                 continue
             except OpeningTimedOut as exc:  # nothing was sent; the call's time is up
-                self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
+                self._opening_timeouts += 1
+                if self._opening_timeouts >= OPENING_TIMEOUTS_BEFORE_COOLDOWN:
+                    self._opening_timeouts = 0
+                    self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
                 raise error_for("DEADLINE_EXCEEDED", str(exc)) from None
             except NoAnswer as exc:  # it may have run: never sent again
                 self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
