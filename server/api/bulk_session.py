@@ -70,7 +70,7 @@ from tiermem.server.api.namespaces import authorize_request
 from tiermem.server.api.objects import delete_reply, list_reply, stat_reply
 from tiermem.server.config import Config
 from tiermem.server.dataplane import after_reply
-from tiermem.server.dataplane.bulk import Closed, recv_exact, status
+from tiermem.server.dataplane.bulk import Closed, receive_timeout, recv_exact, status
 from tiermem.server.dataplane.identity import principal_of
 from tiermem.server.dataplane.plane import DataPlane
 from tiermem.server.dataplane.transfers import BulkTransfers, TransferBroken
@@ -238,7 +238,7 @@ class BulkSessions:
         conn.sendall(status("OK", ""))
         self._metrics.bulk_sessions.inc()
         while True:
-            conn.settimeout(self._bulk.idle_timeout_s)
+            receive_timeout(conn, self._bulk.idle_timeout_s)
             with self._lock:
                 if self._draining:
                     return False
@@ -250,7 +250,7 @@ class BulkSessions:
             finally:
                 with self._lock:
                     self._waiting.discard(conn)
-            conn.settimeout(self._bulk.io_timeout_s)
+            receive_timeout(conn, self._bulk.io_timeout_s)
             op, flags, timeout_cs, length = REQUEST.unpack(head)
             unary = self.unary.get(op)
             if (op not in (OP_PUT, OP_GET) and unary is None) or length > MAX_REQUEST_BYTES:

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import secrets
 import socket
+import struct
 import threading
 from collections.abc import Callable
 
@@ -168,6 +169,7 @@ class BulkServer:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, int(cfg.send_buffer_bytes))
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(cfg.receive_buffer_bytes))
+            kernel_timeouts(conn, cfg.io_timeout_s)
             while not self._stopping.is_set():
                 if not self._one_transfer(conn, host):
                     return
@@ -186,9 +188,9 @@ class BulkServer:
     def _one_transfer(self, conn: socket.socket, host: str) -> bool:
         """Serve one transfer; False when the connection must be closed."""
         cfg = self._config
-        conn.settimeout(cfg.idle_timeout_s)
+        receive_timeout(conn, cfg.idle_timeout_s)
         head = recv_exact(conn, PREAMBLE.size, between_transfers=True)
-        conn.settimeout(cfg.io_timeout_s)
+        receive_timeout(conn, cfg.io_timeout_s)
         magic, version, cred_len, ticket_id = PREAMBLE.unpack(head)
         if magic != MAGIC or version != VERSION or cred_len > MAX_CREDENTIAL_BYTES:
             conn.sendall(
@@ -274,12 +276,47 @@ def status(
 _PLAIN_OK = frame(dataplane_pb2.TransferStatus(code="OK").SerializeToString())
 
 
+_TIMEVAL = struct.Struct("@ll")  # struct timeval: seconds, microseconds
+
+
+def _timeval(seconds: float) -> bytes:
+    whole = int(seconds)
+    return _TIMEVAL.pack(whole, max(int((seconds - whole) * 1e6), 0 if whole else 1))
+
+
+def kernel_timeouts(conn: socket.socket, seconds: float) -> None:
+    """Make ``conn`` a blocking socket whose reads and writes each give up after
+    ``seconds`` (``SO_RCVTIMEO``/``SO_SNDTIMEO``; they then raise
+    ``BlockingIOError``). Why not ``settimeout``: Python implements a socket
+    timeout by polling before every read and write and by an ioctl at every
+    change of timeout, each a system call that lets go of the interpreter lock;
+    under load every such hand-over can cost a thread switch interval before
+    the request's thread gets the lock back. A blocking socket reads or writes
+    in one call, and ``receive_timeout`` changes the read limit without
+    letting go of the lock. Each call is bounded (a stall cut-off), as Python's
+    ``recv`` timeout is; a ``sendall`` can take longer in total while the
+    peer keeps reading."""
+    conn.settimeout(None)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(seconds))
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _timeval(seconds))
+
+
+def receive_timeout(conn: socket.socket, seconds: float) -> None:
+    """Set how long each read of a ``kernel_timeouts`` socket may wait."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(seconds))
+
+
 def recv_exact(conn: socket.socket, n: int, between_transfers: bool = False) -> bytes:
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
-        k = conn.recv_into(view[got:], n - got)
+        try:
+            k = conn.recv_into(view[got:], n - got)
+        except BlockingIOError:  # a ``kernel_timeouts`` socket's read limit
+            raise TimeoutError(
+                f"bulk connection: nothing received for the read limit after {got} of {n} bytes"
+            ) from None
         if k == 0:
             if between_transfers and got == 0:
                 raise Closed()

@@ -92,6 +92,8 @@ def send_span(conn: socket.socket, span: FileSpan) -> None:
         try:
             sent = os.sendfile(out, span.fd, offset, left)
         except BlockingIOError:  # a socket with a timeout is non-blocking underneath
+            if timeout is None:  # blocking: the kernel's send limit ran out
+                raise TimeoutError("timed out sending a value to the bulk client") from None
             if poller is None:
                 poller = select.poll()
                 poller.register(out, select.POLLOUT)
