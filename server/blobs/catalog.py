@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, replace
 
 from tiermem.server.errors import InvariantViolation
 from tiermem.server.storage.rocks import Batch, RocksStore
@@ -171,9 +171,12 @@ class BlobCatalog:
     ) -> Change:
         """Store ``record`` (replacing the key's previous record), counting one more
         reference to its content — ``new_content`` when the bytes are new, else the
-        stored content (which must exist). Synced before it returns."""
+        stored content (which must exist). Synced before it returns. The totals
+        and usage tallies change only once the batch is written: a failed write
+        (a full disk) leaves them, like the records, as they were."""
         key = blob_key(record.namespace, record.key)
         batch = self.rocks.batch()
+        totals = replace(self.totals)
         old = self.blob(key)
         freed = None
         drops: list[int] = []
@@ -182,25 +185,23 @@ class BlobCatalog:
             if old.session:
                 batch.delete(BY_SESSION, _session_key(old.session, key))
             if old.sha256 != record.sha256:
-                freed = self._unref(batch, old)
-            self.totals.blobs -= 1
-            self.totals.logical_bytes -= old.size_bytes
-            self._count(old, -1)
+                freed = self._unref(batch, old, totals)
+            totals.blobs -= 1
+            totals.logical_bytes -= old.size_bytes
         if old is None or old.sha256 != record.sha256:
             content = new_content if new_content is not None else self.content(record.sha256)
             if content is None:
                 raise InvariantViolation(f"content {record.sha256.hex()} of a new blob is missing")
             if new_content is not None:
-                self.totals.contents += 1
-                self.totals.stored_bytes += new_content.size_bytes
+                totals.contents += 1
+                totals.stored_bytes += new_content.size_bytes
                 if inline is not None:
                     batch.put(INLINE, record.sha256, inline)
             content.refs += 1
             content.namespace_refs[record.namespace] += 1
             batch.put(CONTENTS, record.sha256, content.SerializeToString())
-        self.totals.blobs += 1
-        self.totals.logical_bytes += record.size_bytes
-        self._count(record, 1)
+        totals.blobs += 1
+        totals.logical_bytes += record.size_bytes
         batch.put(BLOBS, key, record.SerializeToString())
         if record.session:
             batch.put(BY_SESSION, _session_key(record.session, key), b"")
@@ -208,27 +209,36 @@ class BlobCatalog:
             batch.delete(UPLOADS, upload_id.encode())
         self._journal(batch, key, drops)
         batch.put(META, UID_KEY, _U64.pack(self._uid))
-        self._write(batch)
+        self._write(batch, totals)
+        self.journal_pending += 1
+        if old is not None:
+            self._count(old, -1)
+        self._count(record, 1)
         return Change(old, freed)
 
     def delete(self, key: bytes) -> Change:
-        """Delete a blob record, dropping its content reference. Synced."""
+        """Delete a blob record, dropping its content reference. Synced; the
+        totals and tallies change once the batch is written (as in ``commit``)."""
         old = self.blob(key)
         if old is None:
             return Change(None, None)
         batch = self.rocks.batch()
+        totals = replace(self.totals)
         batch.delete(BLOBS, key)
         if old.session:
             batch.delete(BY_SESSION, _session_key(old.session, key))
-        freed = self._unref(batch, old)
-        self.totals.blobs -= 1
-        self.totals.logical_bytes -= old.size_bytes
-        self._count(old, -1)
+        freed = self._unref(batch, old, totals)
+        totals.blobs -= 1
+        totals.logical_bytes -= old.size_bytes
         self._journal(batch, key, [old.uid])
-        self._write(batch)
+        self._write(batch, totals)
+        self.journal_pending += 1
+        self._count(old, -1)
         return Change(old, freed)
 
-    def _unref(self, batch: Batch, old: rec_pb.BlobRecord) -> Freed | None:
+    def _unref(self, batch: Batch, old: rec_pb.BlobRecord, totals: Totals) -> Freed | None:
+        """Stage dropping ``old``'s reference to its content in ``batch`` and
+        ``totals`` (the catalog's once the batch is written)."""
         content = self.content(old.sha256)
         if content is None:
             raise InvariantViolation(f"content {old.sha256.hex()} of {old.key!r} is missing")
@@ -243,8 +253,8 @@ class BlobCatalog:
         batch.delete(CONTENTS, old.sha256)
         if content.store == rec_pb.ContentRecord.INLINE:
             batch.delete(INLINE, old.sha256)
-        self.totals.contents -= 1
-        self.totals.stored_bytes -= content.size_bytes
+        totals.contents -= 1
+        totals.stored_bytes -= content.size_bytes
         return Freed(old.sha256, content)
 
     def update_content(
@@ -265,26 +275,26 @@ class BlobCatalog:
         if content is None or content.refs > 0:
             return
         batch = self.rocks.batch()
+        totals = replace(self.totals)
         batch.delete(CONTENTS, sha256)
         batch.delete(INLINE, sha256)
-        self.totals.contents -= 1
-        self.totals.stored_bytes -= content.size_bytes
-        batch.put(META, TOTALS_KEY, _TOTALS.pack(*self._totals()))
-        batch.commit(sync=True)
+        totals.contents -= 1
+        totals.stored_bytes -= content.size_bytes
+        self._write(batch, totals)
 
     def _journal(self, batch: Batch, key: bytes, drops: list[int]) -> None:
+        """Stage a journal entry; the caller counts it in ``journal_pending`` once
+        the batch is written (a sequence number a failed write used is skipped)."""
         self._seq += 1
         entry = rec_pb.JournalEntry(blob_key=key, drop_uids=drops)
         batch.put(JOURNAL, _SEQ.pack(self._seq), entry.SerializeToString())
-        self.journal_pending += 1
 
-    def _totals(self) -> tuple[int, int, int, int]:
-        t = self.totals
-        return t.blobs, t.logical_bytes, t.contents, t.stored_bytes
-
-    def _write(self, batch: Batch) -> None:
-        batch.put(META, TOTALS_KEY, _TOTALS.pack(*self._totals()))
+    def _write(self, batch: Batch, totals: Totals) -> None:
+        """Write ``batch`` with ``totals``, synced; once it is written (not before:
+        a failed write changes nothing), they are the catalog's totals."""
+        batch.put(META, TOTALS_KEY, _TOTALS.pack(*astuple(totals)))
         batch.commit(sync=True)
+        self.totals = totals
 
     # -- the search journal ---------------------------------------------------------
     def journal(self, limit: int) -> list[tuple[bytes, rec_pb.JournalEntry]]:
@@ -308,12 +318,16 @@ class BlobCatalog:
     def journal_all(self) -> None:
         """Journal every blob (rebuild the search tables from the records)."""
         batch = self.rocks.batch()
-        for count, (key, _raw) in enumerate(self.rocks.scan(BLOBS), 1):
+        staged = 0
+        for key, _raw in self.rocks.scan(BLOBS):
             self._journal(batch, key, [])
-            if count % 10_000 == 0:
+            staged += 1
+            if staged == 10_000:
                 batch.commit(sync=False)
-                batch = self.rocks.batch()
+                self.journal_pending += staged
+                batch, staged = self.rocks.batch(), 0
         batch.commit(sync=True)
+        self.journal_pending += staged
 
     # -- uploads ----------------------------------------------------------------------
     def put_upload(self, record: rec_pb.UploadRecord, *, sync: bool) -> None:
