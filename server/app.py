@@ -224,7 +224,7 @@ class Daemon:
                 OP_LOOKUP: UnaryOp(
                     "/tiermem.v1.KvService/LookupPrefix",
                     kv_pb2.LookupPrefixRequest,
-                    lambda _owner, _acting, request: lookup_prefix_reply(kv, request),
+                    lambda _owner, acting, request: lookup_prefix_reply(kv, acting, request),
                 ),
                 **shm_ops(plane),
                 **object_ops(self.objects),

@@ -47,15 +47,16 @@ def _chunks(requests: Iterator[kv_pb2.PutBlocksRequest]) -> Iterator[bytes]:
 
 
 def lookup_prefix_reply(
-    kv: KvService, request: kv_pb2.LookupPrefixRequest
+    kv: KvService, acting: str, request: kv_pb2.LookupPrefixRequest
 ) -> kv_pb2.LookupPrefixResponse:
-    """LookupPrefix, for the gRPC method and the bulk session's lookup op alike."""
+    """LookupPrefix, for the gRPC method and the bulk session's lookup op alike
+    (``acting``: the session the caller acts as, "" = none)."""
     hashes: Sequence[bytes] = request.chunk_hashes
     if request.packed_hashes or request.hash_width:
         if request.chunk_hashes:
             raise InvalidArgument("set either chunk_hashes or packed_hashes, not both")
         hashes = PackedHashes(request.packed_hashes, request.hash_width)
-    hit = kv.lookup_prefix(scope_from_proto(request.scope), hashes)
+    hit = kv.lookup_prefix(scope_from_proto(request.scope), hashes, acting)
     return kv_pb2.LookupPrefixResponse(stored_chunks=hit.stored_chunks, tiers=hit.tiers)
 
 
@@ -78,6 +79,7 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
             profile=profile_from_proto(h.profile),
             session=h.session,
             codec=h.codec,
+            caller=acting_session(context),
         )
         return kv_pb2.PutBlocksResponse(
             blocks=[
@@ -96,7 +98,9 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
     def GetBlocks(
         self, request: kv_pb2.GetBlocksRequest, context: grpc.ServicerContext
     ) -> Iterator[kv_pb2.GetBlocksResponse]:
-        reads = self._kv.get_blocks(scope_from_proto(request.scope), list(request.chunk_hashes))
+        reads = self._kv.get_blocks(
+            scope_from_proto(request.scope), list(request.chunk_hashes), acting_session(context)
+        )
         step = self._chunk_bytes
         sent = 0
         for block in reads:
@@ -130,12 +134,14 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
     def LookupPrefix(
         self, request: kv_pb2.LookupPrefixRequest, context: grpc.ServicerContext
     ) -> kv_pb2.LookupPrefixResponse:
-        return lookup_prefix_reply(self._kv, request)
+        return lookup_prefix_reply(self._kv, acting_session(context), request)
 
     def Prefetch(
         self, request: kv_pb2.PrefetchBlocksRequest, context: grpc.ServicerContext
     ) -> kv_pb2.PrefetchBlocksResponse:
-        report = self._kv.prefetch(scope_from_proto(request.scope), list(request.chunk_hashes))
+        report = self._kv.prefetch(
+            scope_from_proto(request.scope), list(request.chunk_hashes), acting_session(context)
+        )
         return kv_pb2.PrefetchBlocksResponse(
             promoted=report.promoted, resident=report.resident, missing=report.missing
         )

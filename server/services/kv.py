@@ -12,6 +12,15 @@ block header is checked before any byte is read, every block is staged
 (reserved, received, verified, encoded) before any is committed, and a short,
 long or damaged stream aborts them all. Blocks are stored through the object
 service, so placement, moves, leases and sessions work for them unchanged.
+
+A caller acting as a session (``caller``, the "x-tiermem-session" metadata)
+is held to the object service's rules for it (``ObjectGuard``): it reads,
+finds, prefetches and deletes only the blocks an object Get or Delete made as
+it could reach (its own, those of no session, an ancestor's its grants
+name; a sibling's do not exist for it), and what it puts it owns, never
+over another session's block. A caller acting as no session (an inference
+worker, a trusted tool) is checked for nothing here, at no cost: the checks
+read a block's record only for blocks another session owns.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ from tiermem.server.codecs import lossy
 from tiermem.server.config import KvConfig, RemoteTierConfig
 from tiermem.server.errors import (
     InvalidArgument,
+    InvariantViolation,
     NotFound,
     PermissionDenied,
     TiermemError,
@@ -49,7 +59,7 @@ from tiermem.server.model import (
     validate_session,
 )
 from tiermem.server.services.mover import Mover
-from tiermem.server.services.objects import ObjectService, PutSpec, StagedPut
+from tiermem.server.services.objects import FilledPut, ObjectService, PutSpec, StagedPut
 from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.remote import RemoteService
 from tiermem.server.services.store import Store
@@ -279,11 +289,18 @@ class KvService:
 
     # -- put ----------------------------------------------------------------------
     def validate_put(
-        self, scope: KvScope, blocks: Sequence[BlockPut], profile: Profile, session: str, codec: str
+        self,
+        scope: KvScope,
+        blocks: Sequence[BlockPut],
+        profile: Profile,
+        session: str,
+        codec: str,
+        caller: str = "",
     ) -> str:
         """Check everything a put announces; returns the normalised codec name."""
         scope.checked()
         validate_session(session)
+        validate_session(caller)
         cfg = self.config
         if not blocks:
             raise InvalidArgument("PutBlocks announces no blocks")
@@ -326,16 +343,25 @@ class KvService:
         profile: Profile | None = None,
         session: str = "",
         codec: str = "",
+        caller: str = "",
     ) -> list[BlockStored]:
-        """Store a batch of blocks whose bytes arrive, concatenated, in ``chunks``."""
+        """Store a batch of blocks whose bytes arrive, concatenated, in ``chunks``.
+
+        Committed as one unit (``ObjectService.commit_filled_many``): a refusal
+        of any block (a quota, a ``caller``'s put over another session's block)
+        stores none. A ``caller`` acting as a session puts as an object put
+        made as it does: the blocks are owned by ``session``, which defaults
+        to ``caller`` and may not name another session."""
         profile = profile or Profile()
-        codec = self.validate_put(scope, blocks, profile, session, codec)
+        codec = self.validate_put(scope, blocks, profile, session, codec, caller)
         splitter = _Splitter(chunks)
         staged: list[tuple[StagedPut, BlockStored]] = []
         try:
             for i, block in enumerate(blocks):
                 try:
-                    staged.append(self._stage(scope, block, splitter, profile, session, codec))
+                    staged.append(
+                        self._stage(scope, block, splitter, profile, session, codec, caller)
+                    )
                 except TiermemError as exc:
                     where = f"block #{i} ({block.chunk_hash.hex()}): "
                     raise type(exc)(where + exc.message) from exc
@@ -348,18 +374,19 @@ class KvService:
             for st, _ in staged:
                 self.objects.abort_staged(st)
             raise
-        out: list[BlockStored] = []
-        owed_sync: list[bool] = []
-        for k, (st, result) in enumerate(staged):
-            try:
-                meta = self.objects.finish(st, owed_sync)
-            except BaseException:
-                for later, _ in staged[k + 1 :]:
-                    self.objects.abort_staged(later)
-                raise
-            out.append(dataclasses.replace(result, tier=meta.tier))
-        if owed_sync:  # DURABLE blocks, or blocks replacing DURABLE ones
-            self.objects.sync()
+        filled: list[FilledPut] = []
+        for st, _ in staged:
+            if st.checksum is None:
+                for rest, _ in staged:
+                    self.objects.abort_staged(rest)
+                raise InvariantViolation(f"commit of {st.spec.key} before its bytes arrived")
+            filled.append(FilledPut(st.spec, st.profile, st.reservation, st.checksum))
+        # (syncs once when a block is DURABLE or replaces a DURABLE one)
+        metas = self.objects.commit_filled_many(filled, "grpc")
+        out = [
+            dataclasses.replace(result, tier=meta.tier)
+            for (_, result), meta in zip(staged, metas, strict=True)
+        ]
         sent = sum(b.size_bytes for b in blocks)
         self.store.metrics.data_bytes.labels("grpc", "in").inc(sent)
         self.store.metrics.kv_blocks.labels("put", "stored").inc(len(out))
@@ -373,6 +400,7 @@ class KvService:
         profile: Profile,
         session: str,
         codec: str,
+        caller: str,
     ) -> tuple[StagedPut, BlockStored]:
         key = scope.object_key(block.chunk_hash)
         spec = PutSpec(
@@ -382,6 +410,7 @@ class KvService:
             tensor=block.tensor,
             session=session,
             checksum=block.checksum,
+            caller=caller,
         )
         tensor = block.tensor
         if not codec or tensor is None or not lossy.applicable(codec, tensor):
@@ -425,20 +454,27 @@ class KvService:
         )
 
     # -- get ----------------------------------------------------------------------
-    def get_blocks(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> Iterator[BlockRead]:
+    def get_blocks(
+        self, scope: KvScope, chunk_hashes: Sequence[bytes], caller: str = ""
+    ) -> Iterator[BlockRead]:
         """Each requested block in order, found or not. Decoded to the original
-        dtype when stored with a codec. The caller releases every BlockRead."""
+        dtype when stored with a codec. The caller releases every BlockRead.
+        A ``caller`` acting as a session reads each block as an object Get made
+        as it would: blocks that do not exist for it are not found."""
         scope.checked()
         check_hashes(chunk_hashes, self.config.max_batch_blocks, "GetBlocks")
+        validate_session(caller)
         with self.store.lock:
             self.store.catalog.namespace_id(scope.namespace)
-        return self._reads(scope, chunk_hashes)
+        return self._reads(scope, chunk_hashes, caller)
 
-    def _reads(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> Iterator[BlockRead]:
+    def _reads(
+        self, scope: KvScope, chunk_hashes: Sequence[bytes], caller: str
+    ) -> Iterator[BlockRead]:
         remote = self.remote
         if remote is None or not remote.shares_kv:
             for h in chunk_hashes:
-                yield self._read_local(scope, h)
+                yield self._read_local(scope, h, caller)
             return
         # Blocks not held here are fetched from the remote tier a window at a time
         # (one batch each); the window is sized from the blocks seen so far so one
@@ -449,12 +485,15 @@ class KvService:
         start = 0
         while start < len(keys):
             part = range(start, min(len(keys), start + window))
-            pulled = remote.pull([keys[i] for i in part])
+            # blocks another session owns here are read locally, where the guard
+            # checks them: served from the remote store, nothing would
+            owned = self._owned_by_others([keys[i] for i in part], caller)
+            pulled = remote.pull([keys[i] for i in part if keys[i] not in owned])
             try:
                 for i in part:
                     value = pulled.pop(keys[i], _LOCAL)
                     if value is _LOCAL:
-                        read = self._read_local(scope, chunk_hashes[i])
+                        read = self._read_local(scope, chunk_hashes[i], caller)
                     else:
                         read = self._read_remote(chunk_hashes[i], value)
                     if read.view is not None:
@@ -466,10 +505,11 @@ class KvService:
                         rest.release()
             start = part.stop
 
-    def _read_local(self, scope: KvScope, h: bytes) -> BlockRead:
+    def _read_local(self, scope: KvScope, h: bytes, caller: str) -> BlockRead:
         metrics = self.store.metrics
         try:
-            reader = self.objects.read(scope.object_key(h))
+            # NotFound also when the block does not exist for ``caller``
+            reader = self.objects.read(scope.object_key(h), caller=caller)
         except (NotFound, Unavailable):  # Unavailable: only copy in a remote store that is down
             metrics.kv_blocks.labels("get", "missing").inc()
             return BlockRead(h)
@@ -509,12 +549,16 @@ class KvService:
 
     # -- lookup / prefetch ------------------------------------------------------------
     def _probe(
-        self, scope: KvScope, chunk_hashes: Sequence[bytes], limit: int, what: str
-    ) -> tuple[ChunkKeys, npt.NDArray[np.int64], npt.NDArray[np.uint8]]:
-        """Validate, then the chunks' catalog keys, index rows (-1 = absent) and
-        serving tiers, read under one lock hold with one vectorised index probe."""
+        self, scope: KvScope, chunk_hashes: Sequence[bytes], limit: int, what: str, caller: str
+    ) -> tuple[ChunkKeys, npt.NDArray[np.int64], npt.NDArray[np.uint8], list[int]]:
+        """Validate, then the chunks' catalog keys, index rows (-1 = absent),
+        serving tiers and, for a ``caller`` acting as a session, the positions
+        of the chunks found here that another session owns (in order; the
+        guard decides which of those exist for the caller: ``_hidden``), read
+        under one lock hold with one vectorised index probe."""
         scope.checked()
         check_hashes(chunk_hashes, limit, what)
+        validate_session(caller)
         keys = scope.encoded_keys(chunk_hashes)
         catalog = self.store.catalog
         chunks = keys.chunks()
@@ -525,42 +569,111 @@ class KvService:
             else:
                 rows = catalog.index.find_many(keys)
             tiers = catalog.index.cols["tier"][np.maximum(rows, 0)]
-        return keys, rows, tiers
+            foreign = self._owned_by_others_locked(rows, caller)
+        return keys, rows, tiers, foreign
 
-    def lookup_prefix(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefixHit:
+    def _owned_by_others_locked(self, rows: npt.NDArray[np.int64], caller: str) -> list[int]:
+        """Positions of the ``rows`` found (>= 0) whose object is owned by a
+        session other than ``caller``, from the index's session column (no
+        record read); none without a caller. Call with the store lock held."""
+        if not caller:
+            return []
+        catalog = self.store.catalog
+        at = np.flatnonzero(rows >= 0)
+        sessions = catalog.index.cols["sess"][rows[at]]
+        owned = sessions != 0
+        if not owned.any():
+            return []
+        others = [s for s in np.unique(sessions[owned]) if catalog.sessions.name(int(s)) != caller]
+        return [int(i) for i in at[np.isin(sessions, others)]]
+
+    def _owned_by_others(self, encoded_keys: Sequence[bytes], caller: str) -> set[bytes]:
+        """The keys among ``encoded_keys`` held here by a session other than
+        ``caller`` (none without a caller)."""
+        if not caller:
+            return set()
+        index = self.store.catalog.index
+        with self.store.lock:
+            foreign = self._owned_by_others_locked(index.find_many(encoded_keys), caller)
+        return {encoded_keys[i] for i in foreign}
+
+    def _hidden(
+        self, keys: Sequence[bytes], candidates: Sequence[int], caller: str, first: bool
+    ) -> list[int]:
+        """Those of ``candidates`` (positions in ``keys`` of blocks another
+        session owns) that do not exist for ``caller``: an object Stat made as
+        it would be refused (``ObjectGuard.check_access``). ``first``: stop at
+        the first. Reads the record of each block checked."""
+        if not candidates:
+            return []
+        catalog, guard = self.store.catalog, self.objects.guard
+        with self.store.lock:
+            entries = catalog.find_all([keys[i] for i in candidates])
+        hidden: list[int] = []
+        for i, entry in zip(candidates, entries, strict=True):
+            try:
+                if entry is not None:
+                    guard.check_access(catalog.meta(keys[i], entry), caller, write=False)
+                    continue
+            except (NotFound, PermissionDenied):
+                pass
+            hidden.append(i)  # refused, or gone since the probe
+            if first:
+                break
+        return hidden
+
+    def lookup_prefix(
+        self, scope: KvScope, chunk_hashes: Sequence[bytes], caller: str = ""
+    ) -> PrefixHit:
         """How many leading chunks of the chain are stored, and their tiers.
         Answered from the in-memory index (no RocksDB read); with a shared remote
         tier, chunks not held here (or served from it) are looked up there in
-        batches: found ones count, with tier REMOTE."""
-        keys, rows, tiers = self._probe(
-            scope, chunk_hashes, self.config.max_chain_chunks, "LookupPrefix"
+        batches: found ones count, with tier REMOTE. For a ``caller`` acting
+        as a session the prefix ends at the first chunk that does not exist
+        for it (``_hidden``: a record read per chunk another session owns)."""
+        keys, rows, tiers, foreign = self._probe(
+            scope, chunk_hashes, self.config.max_chain_chunks, "LookupPrefix", caller
         )
         missing = np.flatnonzero(rows < 0)
         n = int(missing[0]) if len(missing) else len(rows)
         remote = self.remote
+        shares = remote is not None and remote.shares_kv
+        chain: Sequence[bytes] = keys
+        # (without a shared remote tier the prefix ends at the first hole anyway)
+        hidden = self._hidden(keys, [i for i in foreign if shares or i < n], caller, first=True)
+        if hidden:  # held here, so not looked for in the remote tier either
+            cut = hidden[0]
+            chain, rows, tiers, n = keys[:cut], rows[:cut], tiers[:cut], min(n, cut)
         if (
             remote is not None
-            and remote.shares_kv
+            and shares
             and (n < len(rows) or bool((tiers[:n] == int(Tier.REMOTE)).any()))
         ):
-            n, found_tiers = remote.extend_prefix(keys, rows, tiers)
+            n, found_tiers = remote.extend_prefix(chain, rows, tiers)
         else:
             found_tiers = tiers[:n].tobytes()
         self.store.metrics.kv_blocks.labels("lookup", "found").inc(n)
         return PrefixHit(n, found_tiers)
 
-    def prefetch(self, scope: KvScope, chunk_hashes: Sequence[bytes]) -> PrefetchReport:
+    def prefetch(
+        self, scope: KvScope, chunk_hashes: Sequence[bytes], caller: str = ""
+    ) -> PrefetchReport:
         """Keep the chunks in memory: refresh resident ones, promote the others.
         With a remote tier sharing KV, chunks not held here are fetched from it now
-        (adopted into a local tier: counted as promoted)."""
-        keys, rows, tiers = self._probe(
-            scope, chunk_hashes, self.config.max_batch_blocks, "Prefetch"
+        (adopted into a local tier: counted as promoted). For a ``caller``
+        acting as a session, chunks that do not exist for it (``_hidden``)
+        count as missing and are neither touched nor moved."""
+        keys, rows, tiers, foreign = self._probe(
+            scope, chunk_hashes, self.config.max_batch_blocks, "Prefetch", caller
         )
-        found = [bytes(keys[int(i)]) for i in np.flatnonzero(rows >= 0)]
-        missing = int((rows < 0).sum())
+        absent = rows < 0
+        held = ~absent
+        held[self._hidden(keys, foreign, caller, first=False)] = False
+        found = [bytes(keys[int(i)]) for i in np.flatnonzero(held)]
+        missing = len(rows) - len(found)
         fetched = 0
-        if missing and self.remote is not None and self.remote.shares_kv:
-            fetched = self.remote.fetch([bytes(keys[int(i)]) for i in np.flatnonzero(rows < 0)])
+        if absent.any() and self.remote is not None and self.remote.shares_kv:
+            fetched = self.remote.fetch([bytes(keys[int(i)]) for i in np.flatnonzero(absent)])
             missing -= fetched
         if self.placement is not None:
             # The planner decides where each block goes (and refreshes the resident
@@ -568,7 +681,7 @@ class KvService:
             result = self.placement.prefetch([ObjectKey.decode(k) for k in found], 0)
             return PrefetchReport(result.queued + fetched, result.resident, missing)
         memory = [int(t) for t in self.store.memory]
-        resident = (rows >= 0) & np.isin(tiers, memory)
+        resident = held & np.isin(tiers, memory)
         with self.store.lock:
             for i in np.flatnonzero(resident):
                 # re-find: the row may have been freed since the probe
@@ -576,7 +689,7 @@ class KvService:
                 if entry is not None:
                     self.store.catalog.touch(entry.row, bytes(keys[int(i)]))
         promoted = sum(
-            1 for i in np.flatnonzero((rows >= 0) & ~resident) if self.promote(bytes(keys[int(i)]))
+            1 for i in np.flatnonzero(held & ~resident) if self.promote(bytes(keys[int(i)]))
         )
         return PrefetchReport(promoted + fetched, int(resident.sum()), missing)
 

@@ -118,7 +118,7 @@ class PutBlocksHeader(_message.Message):
     SESSION_FIELD_NUMBER: _builtins.int
     CODEC_FIELD_NUMBER: _builtins.int
     session: _builtins.str
-    """owner of every block ("" = none)"""
+    """owner of every block ("" = none, or the acting session)"""
     codec: _builtins.str
     """Codec for LOSSY_OK blocks: "" or "none" = store raw, "fp8_e4m3", "int8".
     Ignored (raw) for LOSSLESS profiles.

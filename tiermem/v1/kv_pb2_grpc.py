@@ -68,7 +68,10 @@ class KvServiceServicer(object):
         """Client stream: one PutBlocksHeader first, then the bytes of every block
         in header order, concatenated and cut into chunks of at most the server's
         chunk size. Nothing is stored unless every block arrived complete and
-        intact; then all blocks are committed.
+        intact; then all blocks are committed, or none if any is refused.
+        A caller acting as a session (x-tiermem-session) puts as an object put
+        made as it does: the blocks are its own, and a batch naming a block
+        another session owns is refused (PERMISSION_DENIED).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -77,13 +80,16 @@ class KvServiceServicer(object):
     def GetBlocks(self, request, context):
         """Server stream: for each requested chunk hash, in order, one BlockInfo
         (found or not), then (if found) its bytes in chunks, in the original dtype.
+        A caller acting as a session finds what an object Get made as it would:
+        its own blocks, those of no session and its ancestors' its grants name.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def LookupPrefix(self, request, context):
-        """How many leading chunks of a chain are stored, and on which tier.
+        """How many leading chunks of a chain are stored, and on which tier; for a
+        caller acting as a session, up to the first chunk it could not Get.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -91,6 +97,7 @@ class KvServiceServicer(object):
 
     def Prefetch(self, request, context):
         """Hint that these chunks are about to be read: keep/promote them in memory.
+        Chunks a caller acting as a session could not Get count as missing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

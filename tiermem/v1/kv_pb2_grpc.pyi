@@ -39,16 +39,25 @@ class KvServiceStub:
     """Client stream: one PutBlocksHeader first, then the bytes of every block
     in header order, concatenated and cut into chunks of at most the server's
     chunk size. Nothing is stored unless every block arrived complete and
-    intact; then all blocks are committed.
+    intact; then all blocks are committed, or none if any is refused.
+    A caller acting as a session (x-tiermem-session) puts as an object put
+    made as it does: the blocks are its own, and a batch naming a block
+    another session owns is refused (PERMISSION_DENIED).
     """
     GetBlocks: _grpc.UnaryStreamMultiCallable[_kv_pb2.GetBlocksRequest, _kv_pb2.GetBlocksResponse]
     """Server stream: for each requested chunk hash, in order, one BlockInfo
     (found or not), then (if found) its bytes in chunks, in the original dtype.
+    A caller acting as a session finds what an object Get made as it would:
+    its own blocks, those of no session and its ancestors' its grants name.
     """
     LookupPrefix: _grpc.UnaryUnaryMultiCallable[_kv_pb2.LookupPrefixRequest, _kv_pb2.LookupPrefixResponse]
-    """How many leading chunks of a chain are stored, and on which tier."""
+    """How many leading chunks of a chain are stored, and on which tier; for a
+    caller acting as a session, up to the first chunk it could not Get.
+    """
     Prefetch: _grpc.UnaryUnaryMultiCallable[_kv_pb2.PrefetchBlocksRequest, _kv_pb2.PrefetchBlocksResponse]
-    """Hint that these chunks are about to be read: keep/promote them in memory."""
+    """Hint that these chunks are about to be read: keep/promote them in memory.
+    Chunks a caller acting as a session could not Get count as missing.
+    """
     DeleteBlocks: _grpc.UnaryUnaryMultiCallable[_kv_pb2.DeleteBlocksRequest, _kv_pb2.DeleteBlocksResponse]
     """Delete KV blocks of a namespace, optionally only one model's or one session's.
     A caller acting as a session (x-tiermem-session) deletes only the blocks an
@@ -63,16 +72,25 @@ class KvServiceAsyncStub(KvServiceStub):
     """Client stream: one PutBlocksHeader first, then the bytes of every block
     in header order, concatenated and cut into chunks of at most the server's
     chunk size. Nothing is stored unless every block arrived complete and
-    intact; then all blocks are committed.
+    intact; then all blocks are committed, or none if any is refused.
+    A caller acting as a session (x-tiermem-session) puts as an object put
+    made as it does: the blocks are its own, and a batch naming a block
+    another session owns is refused (PERMISSION_DENIED).
     """
     GetBlocks: _aio.UnaryStreamMultiCallable[_kv_pb2.GetBlocksRequest, _kv_pb2.GetBlocksResponse]  # type: ignore[assignment]
     """Server stream: for each requested chunk hash, in order, one BlockInfo
     (found or not), then (if found) its bytes in chunks, in the original dtype.
+    A caller acting as a session finds what an object Get made as it would:
+    its own blocks, those of no session and its ancestors' its grants name.
     """
     LookupPrefix: _aio.UnaryUnaryMultiCallable[_kv_pb2.LookupPrefixRequest, _kv_pb2.LookupPrefixResponse]  # type: ignore[assignment]
-    """How many leading chunks of a chain are stored, and on which tier."""
+    """How many leading chunks of a chain are stored, and on which tier; for a
+    caller acting as a session, up to the first chunk it could not Get.
+    """
     Prefetch: _aio.UnaryUnaryMultiCallable[_kv_pb2.PrefetchBlocksRequest, _kv_pb2.PrefetchBlocksResponse]  # type: ignore[assignment]
-    """Hint that these chunks are about to be read: keep/promote them in memory."""
+    """Hint that these chunks are about to be read: keep/promote them in memory.
+    Chunks a caller acting as a session could not Get count as missing.
+    """
     DeleteBlocks: _aio.UnaryUnaryMultiCallable[_kv_pb2.DeleteBlocksRequest, _kv_pb2.DeleteBlocksResponse]  # type: ignore[assignment]
     """Delete KV blocks of a namespace, optionally only one model's or one session's.
     A caller acting as a session (x-tiermem-session) deletes only the blocks an
@@ -90,7 +108,10 @@ class KvServiceServicer(metaclass=_abc_1.ABCMeta):
         """Client stream: one PutBlocksHeader first, then the bytes of every block
         in header order, concatenated and cut into chunks of at most the server's
         chunk size. Nothing is stored unless every block arrived complete and
-        intact; then all blocks are committed.
+        intact; then all blocks are committed, or none if any is refused.
+        A caller acting as a session (x-tiermem-session) puts as an object put
+        made as it does: the blocks are its own, and a batch naming a block
+        another session owns is refused (PERMISSION_DENIED).
         """
 
     @_abc_1.abstractmethod
@@ -101,6 +122,8 @@ class KvServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_kv_pb2.GetBlocksResponse], _abc.AsyncIterator[_kv_pb2.GetBlocksResponse]]:
         """Server stream: for each requested chunk hash, in order, one BlockInfo
         (found or not), then (if found) its bytes in chunks, in the original dtype.
+        A caller acting as a session finds what an object Get made as it would:
+        its own blocks, those of no session and its ancestors' its grants name.
         """
 
     @_abc_1.abstractmethod
@@ -109,7 +132,9 @@ class KvServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _kv_pb2.LookupPrefixRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kv_pb2.LookupPrefixResponse, _abc.Awaitable[_kv_pb2.LookupPrefixResponse]]:
-        """How many leading chunks of a chain are stored, and on which tier."""
+        """How many leading chunks of a chain are stored, and on which tier; for a
+        caller acting as a session, up to the first chunk it could not Get.
+        """
 
     @_abc_1.abstractmethod
     def Prefetch(
@@ -117,7 +142,9 @@ class KvServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _kv_pb2.PrefetchBlocksRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_kv_pb2.PrefetchBlocksResponse, _abc.Awaitable[_kv_pb2.PrefetchBlocksResponse]]:
-        """Hint that these chunks are about to be read: keep/promote them in memory."""
+        """Hint that these chunks are about to be read: keep/promote them in memory.
+        Chunks a caller acting as a session could not Get count as missing.
+        """
 
     @_abc_1.abstractmethod
     def DeleteBlocks(
