@@ -168,12 +168,16 @@ class BlobCatalog:
         new_content: rec_pb.ContentRecord | None,
         inline: bytes | None = None,
         upload_id: str = "",
+        sync: bool = True,
     ) -> Change:
         """Store ``record`` (replacing the key's previous record), counting one more
         reference to its content — ``new_content`` when the bytes are new, else the
-        stored content (which must exist). Synced before it returns. The totals
-        and usage tallies change only once the batch is written: a failed write
-        (a full disk) leaves them, like the records, as they were."""
+        stored content (which must exist). Synced before it returns, unless
+        ``sync`` is False: the caller calls ``sync()`` (e.g. once it has let go
+        of the store lock). The totals and usage tallies change once the batch
+        is applied, not before: a failed write (a full disk) leaves them, like
+        the records, as they were; a failed sync raises with the record applied
+        and counted."""
         key = blob_key(record.namespace, record.key)
         batch = self.rocks.batch()
         totals = replace(self.totals)
@@ -214,11 +218,13 @@ class BlobCatalog:
         if old is not None:
             self._count(old, -1)
         self._count(record, 1)
+        if sync:
+            self.sync()
         return Change(old, freed)
 
     def delete(self, key: bytes) -> Change:
         """Delete a blob record, dropping its content reference. Synced; the
-        totals and tallies change once the batch is written (as in ``commit``)."""
+        totals and tallies change once the batch is applied (as in ``commit``)."""
         old = self.blob(key)
         if old is None:
             return Change(None, None)
@@ -234,6 +240,7 @@ class BlobCatalog:
         self._write(batch, totals)
         self.journal_pending += 1
         self._count(old, -1)
+        self.sync()
         return Change(old, freed)
 
     def _unref(self, batch: Batch, old: rec_pb.BlobRecord, totals: Totals) -> Freed | None:
@@ -281,6 +288,7 @@ class BlobCatalog:
         totals.contents -= 1
         totals.stored_bytes -= content.size_bytes
         self._write(batch, totals)
+        self.sync()
 
     def _journal(self, batch: Batch, key: bytes, drops: list[int]) -> None:
         """Stage a journal entry; the caller counts it in ``journal_pending`` once
@@ -290,11 +298,17 @@ class BlobCatalog:
         batch.put(JOURNAL, _SEQ.pack(self._seq), entry.SerializeToString())
 
     def _write(self, batch: Batch, totals: Totals) -> None:
-        """Write ``batch`` with ``totals``, synced; once it is written (not before:
-        a failed write changes nothing), they are the catalog's totals."""
+        """Apply ``batch`` with ``totals``, unsynced (``sync`` follows); once it
+        is applied (not before: a failed write changes nothing), they are the
+        catalog's totals."""
         batch.put(META, TOTALS_KEY, _TOTALS.pack(*astuple(totals)))
-        batch.commit(sync=True)
+        batch.commit(sync=False)
         self.totals = totals
+
+    def sync(self) -> None:
+        """Make every change applied so far durable (syncs the catalog's WAL,
+        shared with other writers' syncs)."""
+        self.rocks.flush()
 
     # -- the search journal ---------------------------------------------------------
     def journal(self, limit: int) -> list[tuple[bytes, rec_pb.JournalEntry]]:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.blobs.helpers import MiB, pattern
-from tiermem.client import Client, NotFoundError, Tier
+from tiermem.client import CapacityError, Client, NotFoundError, Tier
 from tiermem.client.errors import TiermemClientError
 from tiermem.server.app import Daemon
 from tiermem.server.errors import CapacityExceeded
@@ -78,3 +78,35 @@ def test_a_failed_blob_commit_leaves_usage_as_it_was(make_daemon: Callable[..., 
 
         as_s.blobs.delete("a.bin")
         assert usage() == empty
+
+
+def test_a_blob_whose_sync_failed_counts_as_it_is_stored(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    """A failed WAL sync comes after the batch was applied: the blob is stored
+    (readable; it survives a process crash) and is counted, although its put
+    reported the failure."""
+    daemon = make_daemon(**LIGHT)
+    rocks = daemon.blobs.catalog.rocks
+    with Client(daemon.address, timeout_s=30) as c:
+        root = c.sessions.open(label="main")
+        s = c.sessions.open(parent=root.id, label="small", quotas={Tier.SSD: 4 * MiB})
+        as_s = c.as_session(s.id)
+        data = pattern(3 * MiB, seed=4)
+        real_flush = rocks.flush
+        armed = [True]
+
+        def flush() -> None:
+            if armed[0]:
+                armed[0] = False
+                raise CapacityExceeded("catalog sync failed, the disk is full (injected)")
+            real_flush()
+
+        rocks.flush = flush
+        with pytest.raises(CapacityError, match="sync failed"):
+            as_s.blobs.put("a.bin", data)
+        assert as_s.blobs.get("a.bin") == data
+        assert c.sessions.describe(s.id).used_bytes(Tier.SSD) == 3 * MiB
+        assert daemon.store.guard.namespace_usage("default") == (1, 3 * MiB)
+        with pytest.raises(CapacityError, match="SSD quota"):
+            as_s.blobs.put("b.bin", pattern(2 * MiB, seed=5))
