@@ -675,7 +675,7 @@ class BlobService:
         with self._lock:
             spec = self._owner(spec, caller)
             old = self._check_replace(spec, caller)
-            self._check_session_quota(spec, old)  # again under the lock: racing puts
+            self._check_session_quota(spec, old)  # before any byte is adopted
             self._create_spaces(embeddings)
             content = self.catalog.content(sha)
             new_content = None
@@ -712,9 +712,24 @@ class BlobService:
                 version=(old.version + 1) if old is not None else 1,
                 uid=self.catalog.next_uid(),
             )
-            change = self.catalog.commit(
-                record, new_content=new_content, inline=inline, upload_id=upload_id
-            )
+            # The session's quota again, and the commit, under the store lock:
+            # object puts check a session's quota and commit under it, so a blob
+            # put and an object put of one session cannot each pass its check
+            # on usage without the other's bytes. The batch is applied under
+            # the lock and synced after it, as object puts are. Lock order: the
+            # blob lock, then the store lock (as ``_after_unref``); nothing
+            # holding the store lock takes the blob lock.
+            with self.store.lock:
+                try:
+                    self._check_session_quota(spec, old)
+                except CapacityExceeded:
+                    self._discard_adopted(sha, new_content)
+                    raise
+                change = self.catalog.commit(
+                    record, new_content=new_content, inline=inline, upload_id=upload_id,
+                    sync=False,
+                )  # fmt: skip
+            self.catalog.sync()
             self._after_unref(change.old, change.freed)
             refs = self._refs(sha)
         self._changed()
@@ -748,6 +763,13 @@ class BlobService:
         lance = self.payloads is self.lance
         record.store = rec_pb.ContentRecord.LANCE if lance else rec_pb.ContentRecord.FILES
         return record, None
+
+    def _discard_adopted(self, sha: bytes, content: rec_pb.ContentRecord | None) -> None:
+        """Remove the payload ``_store_content`` adopted for a commit that was
+        refused before its record was written (call with the lock held)."""
+        store = self._store_of(content) if content is not None else None
+        if store is not None:
+            store.delete(sha)
 
     def _after_unref(self, old: rec_pb.BlobRecord | None, freed: Freed | None) -> None:
         """Remove a freed content's payload, and cached copies a namespace no
