@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from tiermem.server.catalog.catalog import SEG_NONE, Entry
 from tiermem.server.errors import CapacityExceeded, Corrupted, NotFound, Unavailable
@@ -24,10 +25,26 @@ from tiermem.server.tiers.ssd import SsdCopy
 log = logging.getLogger(__name__)
 
 
+class RemoteWrites(Protocol):
+    """The remote writer's side of a demotion's upload (``RemoteService``): its
+    queued deletes and publishes of a key never interleave with a demotion
+    uploading that key and recording the copy in the catalog."""
+
+    def claim(self, key: bytes) -> bool:
+        """Reserve ``key`` before uploading it (False: not now)."""
+        ...
+
+    def release(self, key: bytes, *, orphaned: bool) -> None:
+        """End the claim; ``orphaned``: the upload was not recorded (delete it)."""
+        ...
+
+
 class Mover:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.catalog = store.catalog
+        #: Set by the remote service: demotions that upload claim their key there.
+        self.remote_writes: RemoteWrites | None = None
 
     # -- one object ---------------------------------------------------------------------
     def move(self, encoded: bytes, target: Tier, *, force: bool = False) -> bool:
@@ -86,6 +103,35 @@ class Mover:
             except Corrupted as exc:
                 store.report_damage(encoded, entry, exc.message)
                 return False
+        # A demotion that uploads (no copy of this version in the store yet) claims
+        # the key from the upload to the switch: the remote writer's deletes are
+        # queued, not ordered with this upload, and one queued for an older
+        # version checks the catalog when it runs (it spares a key whose current
+        # version has a remote copy), so neither it nor a publish may run between
+        # the upload and the switch that records it. An upload that is not
+        # recorded is deleted again (it may have landed even if the put failed):
+        # the object changed or went meanwhile, and a read finding no entry for
+        # it would adopt that version.
+        writes = self.remote_writes
+        if target != Tier.REMOTE or entry.remote_copy or writes is None:
+            return self._copy_then_switch(encoded, entry, view, target, force=force)
+        if store.remote is None or not store.remote.fits(entry.size):
+            return False
+        if not writes.claim(encoded):
+            return False  # the remote writer is busy with this key: not now
+        moved = False
+        try:
+            moved = self._copy_then_switch(encoded, entry, view, target, force=force)
+        finally:
+            writes.release(encoded, orphaned=not moved)
+        return moved
+
+    def _copy_then_switch(
+        self, encoded: bytes, entry: Entry, view: memoryview, target: Tier, *, force: bool
+    ) -> bool:
+        """Copy ``view`` (the value of the copy ``entry`` describes) to ``target``
+        and switch the entry to it if it still describes that copy."""
+        store = self.store
         new_loc = -1
         ssd_copy: SsdCopy | None = None
         target_engine = store.memory.get(target)

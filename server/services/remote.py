@@ -17,7 +17,13 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   off, an overwrite deletes the copy a demotion left there, for that reason);
 * **delete** — objects removed on purpose (delete, TTL, session close) have
   their remote copies deleted by the same thread, in order with the publishes
-  (an eviction keeps the remote copy: other daemons may still use it);
+  (an eviction keeps the remote copy: other daemons may still use it). A
+  delete removes an older version, never the one the catalog says the store
+  holds: a demotion uploads directly (not through this queue), so when the
+  delete runs it is dropped for a key whose current version has a remote
+  copy; a demotion ``claim``s its key from its upload to its catalog switch,
+  and the writer carries out no publish or delete of a claimed key
+  meanwhile (nor does a demotion upload a key the writer is working on);
 * **lookup** — a chain's chunks missing locally (and those served from the
   remote tier, which the store may have evicted) are checked with batched
   existence calls (``extend_prefix``);
@@ -154,6 +160,12 @@ class RemoteService:
         #: keys of the publish batch being uploaded now (a delete of one of them
         #: must follow the upload: see ``_removed``)
         self._publishing: set[bytes] = set()
+        #: keys of the batch (publish or delete) the writer is carrying out now:
+        #: a demotion waits before uploading one of them (``claim``)
+        self._writing: set[bytes] = set()
+        #: keys a demotion is writing to the store now, from its upload to its
+        #: catalog switch (``claim``): the writer holds back ops on them
+        self._claimed: set[bytes] = set()
         self._busy = False
         self._cond = threading.Condition()
         self._stop = False
@@ -161,6 +173,7 @@ class RemoteService:
         store.on_remote_removed = self._removed
         store.on_remote_unpublished = lambda keys: self._removed([], keys)
         objects.on_remote_replaced = self._replaced
+        objects.mover.remote_writes = self
         if config.share:
             objects.on_commit = self._committed
 
@@ -284,14 +297,47 @@ class RemoteService:
         with self._cond:
             return key in self._deleting
 
+    # -- demotions (the mover uploads directly; see ``Mover.remote_writes``) -----------
+    def claim(self, key: bytes) -> bool:
+        """Reserve ``key`` for a demotion that uploads it: waits while the writer
+        carries out a publish or delete of it (up to ``op_timeout_s``; False
+        then: the demotion does not happen now). Until ``release``, the writer
+        carries out no op on the key, so the delete check (``_delete``) never
+        runs between the upload and the catalog switch that records it."""
+        deadline = time.monotonic() + self.config.op_timeout_s
+        with self._cond:
+            while key in self._writing or key in self._claimed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+            self._claimed.add(key)
+            return True
+
+    def release(self, key: bytes, *, orphaned: bool) -> None:
+        """End a ``claim``. ``orphaned``: the demotion was not recorded (the
+        object changed or went meanwhile, the upload failed): what it may have
+        uploaded is deleted, after everything queued so far (dropped if the
+        object's current version has a remote copy by then)."""
+        with self._cond:
+            self._claimed.discard(key)
+            if orphaned:
+                self._queue_deletes([key])
+            self._cond.notify_all()
+
     def _next_batch(self) -> list[_Op]:
-        """Consecutive ops of one type, within the batch limits (call with _cond)."""
+        """Consecutive ops of one type, within the batch limits, up to the first
+        on a claimed key (call with _cond; the first op's key is not claimed)."""
         first = self._ops.popleft()
         batch = [first]
         nbytes = first.size
         while self._ops and len(batch) < self.config.batch_max_objects:
             op = self._ops[0]
-            if op.delete != first.delete or nbytes + op.size > self.config.batch_max_bytes:
+            if (
+                op.delete != first.delete
+                or nbytes + op.size > self.config.batch_max_bytes
+                or op.key in self._claimed
+            ):
                 break
             batch.append(self._ops.popleft())
             nbytes += op.size
@@ -302,7 +348,8 @@ class RemoteService:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._ops and not self._stop:
+                # (a demotion holds its claim for one upload: its own deadline bounds it)
+                while not self._stop and (not self._ops or self._ops[0].key in self._claimed):
                     self._busy = False
                     self._cond.notify_all()
                     self._cond.wait()
@@ -311,6 +358,7 @@ class RemoteService:
                     self._cond.notify_all()
                     return
                 batch = self._next_batch()
+                self._writing = {op.key for op in batch}
                 if not batch[0].delete:
                     self._publishing = {op.key for op in batch}
                 self._busy = True
@@ -325,6 +373,8 @@ class RemoteService:
             finally:
                 with self._cond:
                     self._publishing = set()
+                    self._writing = set()
+                    self._cond.notify_all()  # demotions waiting to claim these keys
                     if batch[0].delete:
                         self._deletes -= len(batch)
                         for op in batch:
@@ -347,9 +397,24 @@ class RemoteService:
                         self._cond.wait(PUBLISH_RETRY_PAUSE_S)
 
     def _delete(self, keys: list[bytes]) -> None:
+        # Each delete was queued for a version older than the one the catalog may
+        # name now: a key whose current version has a remote copy (a demotion
+        # uploaded it directly, after the delete was queued) keeps it. No upload
+        # of these keys can land between this check and the delete: demotions
+        # claim a key from their upload to their catalog switch, and cannot
+        # claim one while it is in this batch (``claim``).
+        with self.store.lock:
+            current = [self.catalog.find(k) for k in keys]
+        doomed = [
+            k
+            for k, e in zip(keys, current, strict=True)
+            if e is None or not (e.remote_copy or e.tier == Tier.REMOTE)
+        ]
+        if not doomed:
+            return
         # a failure is counted and logged by the engine; the store evicts orphans itself
         with contextlib.suppress(Unavailable):
-            self.remote.delete(keys)
+            self.remote.delete(doomed)
 
     def _publish(self, ops: list[_Op]) -> list[_Op]:
         """Upload a batch; returns the ops to try again (the upload failed, tries left)."""
@@ -428,7 +493,10 @@ class RemoteService:
                 found = self.remote.exists([keys[j] for j in window])
             except Unavailable:
                 return window[0], bytes(out[: window[0]])
-            found = [p and not self.deleting(keys[j]) for j, p in zip(window, found, strict=True)]
+            found = [
+                p and (rows[j] >= 0 or not self.deleting(keys[j]))
+                for j, p in zip(window, found, strict=True)
+            ]
             for j, present in zip(window, found, strict=True):
                 if not present:
                     if rows[j] >= 0:
