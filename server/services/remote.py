@@ -23,7 +23,9 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   delete runs it is dropped for a key whose current version has a remote
   copy; a demotion ``claim``s its key from its upload to its catalog switch,
   and the writer carries out no publish or delete of a claimed key
-  meanwhile (nor does a demotion upload a key the writer is working on);
+  meanwhile (nor does a demotion upload a key the writer is working on). A
+  publish that finds its object gone (evicted before its turn) deletes the
+  older version instead, and reads treat such a key as a miss until then;
 * **lookup** — a chain's chunks missing locally (and those served from the
   remote tier, which the store may have evicted) are checked with batched
   existence calls (``extend_prefix``);
@@ -271,9 +273,10 @@ class RemoteService:
             )
 
     def _not_published(self, keys: Sequence[bytes]) -> None:
-        """Uploads of ``keys`` were given up: delete what the store holds under
-        their names (an older version), unless a later put queued them again
-        (that publish replaces it, or ends here in turn)."""
+        """Publishes of ``keys`` were given up (the upload failed) or found their
+        object gone: delete what the store holds under their names
+        (an older version), unless a later put queued them again (that publish
+        replaces it, or ends here in turn)."""
         with self._cond:
             self._queue_deletes(
                 [k for k in keys if k not in self._queued_keys and k not in self._deferred]
@@ -296,6 +299,19 @@ class RemoteService:
         """Whether a remote delete of ``key`` is queued or running."""
         with self._cond:
             return key in self._deleting
+
+    def _held_back(self, key: bytes) -> bool:
+        """Whether what the store holds under ``key``, an object this daemon has
+        no entry for, must not be read: a delete of it is queued or running, or
+        a publish of it is pending (the object was evicted before its publish,
+        which then deletes the older version the store holds)."""
+        with self._cond:
+            return (
+                key in self._deleting
+                or key in self._queued_keys
+                or key in self._deferred
+                or key in self._publishing
+            )
 
     # -- demotions (the mover uploads directly; see ``Mover.remote_writes``) -----------
     def claim(self, key: bytes) -> bool:
@@ -424,12 +440,18 @@ class RemoteService:
         # is given back before the upload so the copy never pins memory for long
         items: list[tuple[bytes, Entry, ObjectMeta, bytes]] = []
         skipped = 0
+        #: keys left unpublished whose older version the store may hold: the object
+        #: is gone (evicted before its turn: an eviction keeps the remote name, so
+        #: a later read would adopt that version)
+        stale: list[bytes] = []
         by_key = {op.key: op for op in ops}
         for key in by_key:
             with store.lock:
                 entry = catalog.find(key)
                 if entry is None or entry.remote_copy or entry.tier == Tier.REMOTE:
                     skipped += 1
+                    if entry is None:
+                        stale.append(key)
                     continue
                 meta = catalog.meta(key, entry)
                 value = store.lease_memory(entry) if entry.tier in store.memory else None
@@ -460,9 +482,12 @@ class RemoteService:
         retried = {op.key for op in retry}
         self._not_published(
             [
-                key
-                for (key, _, _, _), ok in zip(items, stored, strict=True)
-                if not ok and key not in retried
+                *stale,
+                *(
+                    key
+                    for (key, _, _, _), ok in zip(items, stored, strict=True)
+                    if not ok and key not in retried
+                ),
             ]
         )
         done = sum(stored)
@@ -494,7 +519,7 @@ class RemoteService:
             except Unavailable:
                 return window[0], bytes(out[: window[0]])
             found = [
-                p and (rows[j] >= 0 or not self.deleting(keys[j]))
+                p and (rows[j] >= 0 or not self._held_back(keys[j]))
                 for j, p in zip(window, found, strict=True)
             ]
             for j, present in zip(window, found, strict=True):
@@ -530,8 +555,8 @@ class RemoteService:
         out: dict[bytes, RemoteValue | None] = {}
         wanted = []
         for k, e in entries.items():
-            if e is None and self.deleting(k):
-                out[k] = None  # deleted here; its remote delete has not run yet
+            if e is None and self._held_back(k):
+                out[k] = None  # deleted or evicted here; its remote delete has not run yet
             elif e is None or e.tier == Tier.REMOTE:
                 wanted.append(k)
         if not wanted:
@@ -636,7 +661,7 @@ class RemoteService:
         missing = [
             k
             for k, e in zip(shared, entries, strict=True)
-            if e is None and k.namespace in known and not self.deleting(k.encode())
+            if e is None and k.namespace in known and not self._held_back(k.encode())
         ]
         if demoted:
             self._bring_in(demoted, touch=False)
