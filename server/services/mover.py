@@ -101,7 +101,13 @@ class Mover:
             try:
                 view = store.read_ssd(encoded, entry)
             except Corrupted as exc:
-                store.report_damage(encoded, entry, exc.message)
+                # the copy read may have gone meanwhile (a demotion to the remote
+                # tier releases it, an overwrite frees it): damage only if it is
+                # still the object's SSD copy
+                with store.lock:
+                    now = self.catalog.find(encoded)
+                    if now is not None and now.same_ssd_copy(entry):
+                        store.report_damage(encoded, entry, exc.message)
                 return False
         # A demotion that uploads (no copy of this version in the store yet) claims
         # the key from the upload to the switch: the remote writer's deletes are

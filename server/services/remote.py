@@ -274,7 +274,7 @@ class RemoteService:
 
     def _not_published(self, keys: Sequence[bytes]) -> None:
         """Publishes of ``keys`` were given up (the upload failed) or found their
-        object gone: delete what the store holds under their names
+        object gone or damaged: delete what the store holds under their names
         (an older version), unless a later put queued them again (that publish
         replaces it, or ends here in turn)."""
         with self._cond:
@@ -442,7 +442,7 @@ class RemoteService:
         skipped = 0
         #: keys left unpublished whose older version the store may hold: the object
         #: is gone (evicted before its turn: an eviction keeps the remote name, so
-        #: a later read would adopt that version)
+        #: a later read would adopt that version) or its copy here is damaged
         stale: list[bytes] = []
         by_key = {op.key: op for op in ops}
         for key in by_key:
@@ -460,8 +460,16 @@ class RemoteService:
                     value = ValueRead(store.read_ssd(key, entry))
                 items.append((key, entry, meta, self.remote.pack(meta, value.view)))
             except Corrupted as exc:
-                store.report_damage(key, entry, exc.message)
                 skipped += 1
+                # the copy read may have gone meanwhile (a demotion releases it, an
+                # eviction or overwrite frees it): damage only if it is still there
+                with store.lock:
+                    now = catalog.find(key)
+                    damaged = now is not None and now.same_ssd_copy(entry)
+                    if damaged:
+                        store.report_damage(key, entry, exc.message)
+                if now is None or damaged:
+                    stale.append(key)
             finally:
                 if value is not None:
                     value.release()
