@@ -185,11 +185,14 @@ class Mover:
                 # Served from the remote store now: the SSD copy goes (the planner
                 # sends SSD CACHE objects remote to free SSD; a read never uses it).
                 # Counted free once the record no longer names it.
+                # No record (gone meanwhile): no move, as for a demotion to SSD; the
+                # entry would otherwise serve remotely while naming the SSD copy.
                 batch = self.catalog.rocks.batch()
-                if self.catalog.stage_ssd_location(batch, encoded, SEG_NONE, 0):
-                    store.ssd.stage_release(encoded, entry.seg, batch)
-                    batch.commit(sync=False)
-                    seg, seg_off, released_ssd = SEG_NONE, 0, True
+                if not self.catalog.stage_ssd_location(batch, encoded, SEG_NONE, 0):
+                    return False
+                store.ssd.stage_release(encoded, entry.seg, batch)
+                batch.commit(sync=False)
+                seg, seg_off, released_ssd = SEG_NONE, 0, True
             self.catalog.place(
                 entry.row, encoded, tier=target, loc=new_loc, seg=seg, seg_off=seg_off
             )
