@@ -24,8 +24,11 @@ counts there, once). The object catalog counts the copy as an object of the
 namespace all the same, so the cache keeps a tally of its copies per
 namespace (``copies``) — added when a fill commits, taken away when the store
 removes the object however it goes (a drop, an eviction: ``_removed``, a
-store removal observer) — and the blob service's namespace usage is net of
-it. A fill takes no quota admission: it adds no bytes to the namespace.
+store removal observer, which also hears of objects an overwrite replaced)
+— and the blob service's namespace usage is net of it. The copies' keys are
+reserved: clients may read them, but a put or delete of one is refused
+INVALID_ARGUMENT (an overwrite kept the old copy's bytes out of the usage). A
+fill takes no quota admission: it adds no bytes to the namespace.
 """
 
 from __future__ import annotations
@@ -41,9 +44,11 @@ from tiermem.server.catalog.catalog import Entry
 from tiermem.server.config import BlobsConfig
 from tiermem.server.errors import NotFound
 from tiermem.server.model import Durability, Kind, ObjectKey, Profile, Tier, key_prefix
-from tiermem.server.services.objects import ObjectRead, ObjectService, PutSpec
+from tiermem.server.services.objects import RESERVED_PREFIX, ObjectRead, ObjectService, PutSpec
 
-PREFIX = ".tiermem/blob-cache/"
+#: Copies' keys are reserved (``objects.check_client_key``): no client can put
+#: or delete one, so the tally below sees every change to them.
+PREFIX = RESERVED_PREFIX + "blob-cache/"
 #: What follows the namespace and its NUL in the encoded catalog key of a copy.
 _KEY_MARK = bytes((Kind.BLOB,)) + PREFIX.encode()
 #: Contents whose read rates are tracked (least recently read forgotten first).
@@ -116,7 +121,7 @@ class HotCache:
         for namespace in namespaces:
             scope = key_prefix(namespace, Kind.BLOB, PREFIX)
             for encoded, _record in list(catalog.scan_records(scope)):
-                self._objects.delete(ObjectKey.decode(encoded))
+                self._objects.delete(ObjectKey.decode(encoded), internal=True)
                 swept += 1
         return swept
 
@@ -128,8 +133,13 @@ class HotCache:
         return min(int(self._config.cache_max_bytes), dram // 2)
 
     def tier(self, namespace: str, sha256: bytes) -> Tier | None:
+        """Where the content's copy is, None if there is none. Only a copy a fill
+        made and the tally holds counts: an object that replaced it is none."""
         encoded = cache_key(namespace, sha256).encode()
         with self._store.lock:
+            with self._lock:
+                if sha256 not in self._copies.get(namespace, {}):
+                    return None
             entry = self._store.catalog.find(encoded)
             return None if entry is None else entry.tier
 
@@ -143,7 +153,8 @@ class HotCache:
             return None
         key = cache_key(namespace, sha256)
         if tier != Tier.DRAM:
-            self._objects.delete(key)  # demoted: an SSD copy of a payload already on SSD
+            # demoted: an SSD copy of a payload already on SSD
+            self._objects.delete(key, internal=True)
             return None
         try:
             reader = self._objects.read(key)
@@ -213,11 +224,15 @@ class HotCache:
         # once), so it takes no quota admission, and a reader needs no WRITE role
         # for it; its memory is the reservation's, not the in-flight budget's.
         self._objects.commit_filled(spec, profile, reservation, checksum, path="shm", admitted=True)
-        with self._lock:
-            self._tally(namespace, sha256, size)
-        if self.tier(namespace, sha256) is None:  # removed before it was tallied
-            with self._lock:
-                self._tally(namespace, sha256, None)
+        # Tallied under the store lock, as the removal observer runs: only while
+        # the catalog still holds this copy (not removed, nor replaced by another
+        # object, since the commit).
+        encoded = spec.key.encode()
+        with self._store.lock:
+            entry = self._store.catalog.find(encoded)
+            if entry is not None and entry.size == size and entry.checksum == checksum:
+                with self._lock:
+                    self._tally(namespace, sha256, size)
         return True
 
     def drop(self, namespace: str, sha256: bytes) -> None:
@@ -225,7 +240,7 @@ class HotCache:
         with self._lock:
             self._reads.pop((namespace, sha256), None)
         if self.enabled:
-            self._objects.delete(cache_key(namespace, sha256))
+            self._objects.delete(cache_key(namespace, sha256), internal=True)
 
     def cached_bytes(self, namespaces: list[str]) -> int:
         """Bytes of blob copies in DRAM now (lists the cache keys: for stats only)."""

@@ -69,6 +69,19 @@ CHECKSUM_CRC32 = 2
 #: take the store lock again (and count them): a bound on that queue's memory
 #: when the lock is not taken for a while.
 MAX_PENDING_TOUCHES = 8192
+#: Keys of the daemon's own objects (the blob cache's copies, ``blobs/cache.py``):
+#: clients may read them, never put or delete them.
+RESERVED_PREFIX = ".tiermem/"
+
+
+def check_client_key(key: ObjectKey) -> None:
+    """Raise InvalidArgument if clients may not put or delete ``key``."""
+    if key.key.startswith(RESERVED_PREFIX):
+        raise InvalidArgument(
+            f"object key {key.key!r} is reserved: keys beginning with {RESERVED_PREFIX!r} "
+            "are the daemon's own objects (the blob cache's copies), which clients may "
+            "read but not put or delete"
+        )
 
 
 class _Contended(Exception):
@@ -254,6 +267,7 @@ class ObjectService:
 
     def _check_fields(self, spec: PutSpec) -> None:
         """The checks of a put that need neither the catalog nor the caller."""
+        check_client_key(spec.key)
         limit = self.store.config.limits.max_object_bytes
         if spec.size_bytes > limit:
             raise InvalidArgument(
@@ -618,6 +632,7 @@ class ObjectService:
             batch.commit(sync=False)
             for key, old_seg, old_size in released:
                 store.ssd.count_release(key, old_seg, old_size)
+            gone: list[tuple[bytes, Entry]] = []
             for i, (old, _session, _version) in enumerate(olds):
                 copy = ssd_copies[i]
                 loc = locations[i]
@@ -634,6 +649,10 @@ class ObjectService:
                     store.damage.discard(encoded[i])
                     if old.tier in store.memory:
                         store.leases.free(old.tier, old.loc, old.size)
+                    gone.append((encoded[i], old))
+            if gone:
+                for observe in store.removal_observers:  # the replaced objects are gone
+                    observe(gone)
             remote = [
                 enc
                 for enc, (old, _s, _v) in zip(encoded, olds, strict=True)
@@ -832,6 +851,8 @@ class ObjectService:
                     store.leases.free(old.tier, old.loc, old.size)
                 if old.remote_copy and self.on_remote_replaced is not None:
                     self.on_remote_replaced([encoded])
+                for observe in store.removal_observers:  # the replaced object is gone
+                    observe([(encoded, old)])
         return meta, old is not None and old.durable
 
     # -- get / stat ---------------------------------------------------------------------
@@ -1065,8 +1086,11 @@ class ObjectService:
             return meta
 
     # -- delete -------------------------------------------------------------------------
-    def delete(self, key: ObjectKey, caller: str = "") -> int | None:
-        """Delete an object; returns the bytes freed, or None if it did not exist."""
+    def delete(self, key: ObjectKey, caller: str = "", *, internal: bool = False) -> int | None:
+        """Delete an object; returns the bytes freed, or None if it did not exist.
+        ``internal``: the daemon deletes an object of its own (a reserved key)."""
+        if not internal:
+            check_client_key(key)
         encoded = key.encode()
         with self.store.guard.admit(key.namespace, Role.WRITE):
             with self.store.lock:
