@@ -74,9 +74,10 @@ class Store:
         self.on_remote_removed: Callable[[list[bytes]], None] | None = None
         #: told of removed objects without a remote copy (``RemoteService._removed``)
         self.on_remote_unpublished: Callable[[list[bytes]], None] | None = None
-        #: called under the lock with every batch of removed objects, once their
-        #: rows are gone (e.g. the blob cache forgets its evicted copies); must
-        #: not block or take the lock again
+        #: called under the lock with every batch of removed or replaced objects
+        #: (the old entries), once their rows are gone or rewritten (e.g. the
+        #: blob cache forgets its evicted or overwritten copies); must not block
+        #: or take the lock again
         self.removal_observers: list[Callable[[list[tuple[bytes, Entry]]], None]] = []
         self.lock = StoreLock(on_acquire=catalog.apply_touches)
         self.leases = Leases(self._free_memory)
