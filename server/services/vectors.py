@@ -350,25 +350,25 @@ class VectorService:
         validate_namespace(namespace)
         validate_collection_name(name)
         with self._lock:
-            col = self._collections.pop((namespace, name), None)
-        if col is None:
-            return False
-        self._drop(col)
-        return True
+            col = self._collections.get((namespace, name))
+        return col is not None and self._drop(col)
 
-    def _drop(self, col: Collection) -> None:
+    def _drop(self, col: Collection) -> bool:
+        """Drop ``col`` durably; False if another drop did first. It leaves the
+        registry only once its record and log are gone: a drop that raised
+        changed nothing, and the next drop (or ``drop_session``) finds it again."""
         spec = col.spec
         with col.lock.write():
+            with self._lock:
+                if self._collections.get((spec.namespace, spec.name)) is not col:
+                    return False
+                self.log.drop(col.record)
+                del self._collections[spec.namespace, spec.name]
             col.dropped = True
             col.state = None
-            # The name left the registry before this wait for the lock; a create
-            # of the same name may have written its own record since (under
-            # ``_lock``, as this check is made): that record is not ours to delete.
-            with self._lock:
-                reused = (spec.namespace, spec.name) in self._collections
-                self.log.drop(col.record, keep_name=reused)
         shutil.rmtree(col.root, ignore_errors=True)
         self.metrics.vector_ops.labels("drop").inc()
+        return True
 
     def session_usage(self, session: str) -> dict[Tier, tuple[int, int]]:
         """(bytes, collections) per tier that ``session``'s collections hold: a
@@ -398,14 +398,13 @@ class VectorService:
             raise InvalidArgument("drop_session needs a session id")
         with self._lock:
             owned = [
-                key
+                c
                 for key, c in self._collections.items()
                 if c.spec.session == session and (namespace is None or key[0] == namespace)
             ]
-            cols = [self._collections.pop(key) for key in owned]
-        for col in cols:
-            self._drop(col)
-        return len(cols)
+        # each leaves the registry as its drop succeeds: if one raises, a retried
+        # close (see ``SessionCleanup.drop_session``) finds the rest again
+        return sum(self._drop(col) for col in owned)
 
     # -- vectors -----------------------------------------------------------------
     def upsert(
@@ -747,9 +746,8 @@ class VectorService:
         rec.snapshot_built = int(state.built)  # type: ignore[assignment]
         with self._lock:
             if self._collections.get((col.spec.namespace, col.spec.name)) is not col:
-                # being dropped (it left the registry first): its record's key may
-                # already name a new collection of the same name; ``_drop`` removes
-                # this one's files
+                # dropped meanwhile: its record's key may already name a new
+                # collection of the same name; ``_drop`` removed this one's files
                 return
             self.log.put_record(rec, trim_log_to=info.seq)
         col.record = rec

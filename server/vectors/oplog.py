@@ -74,13 +74,10 @@ class VectorStore:
             batch.delete_range(CF_LOG, log_key(rec.id, 0), log_key(rec.id, trim_log_to + 1))
         batch.commit(sync=self.fsync)
 
-    def drop(self, rec: records.CollectionRecord, keep_name: bool = False) -> None:
-        """Remove the record, its whole log and payloads (one atomic batch).
-        ``keep_name``: a new collection of the same name holds the record's key
-        now; only the old collection's log and payloads go."""
+    def drop(self, rec: records.CollectionRecord) -> None:
+        """Remove the record, its whole log and payloads (one atomic batch)."""
         batch = self.rocks.batch()
-        if not keep_name:
-            batch.delete(CF_COLLECTIONS, record_key(rec.namespace, rec.name))
+        batch.delete(CF_COLLECTIONS, record_key(rec.namespace, rec.name))
         batch.delete_range(CF_LOG, log_key(rec.id, 0), log_key(rec.id + 1, 0))
         batch.delete_range(CF_PAYLOADS, payload_key(rec.id, 0), payload_key(rec.id + 1, 0))
         batch.commit(sync=self.fsync)

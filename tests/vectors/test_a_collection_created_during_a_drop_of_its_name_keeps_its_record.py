@@ -1,10 +1,12 @@
-"""A collection created under a name whose old collection is still being
-dropped keeps its durable record. The drop takes the name out of the registry
-first and deletes the record once it holds the old collection's write lock
-(behind a search, say); the record is keyed by name, so the late delete erased
-the new collection's record and a kill -9 lost the collection and everything
-upserted into it. Also: ``create(if_absent=True)`` of an existing collection
-answers it (it took the service's lock twice and hung every vector call)."""
+"""A collection created under a name whose old collection is being dropped
+keeps its durable record. The drop used to take the name out of the registry
+first and delete the record (keyed by name) once it held the old collection's
+write lock (behind a search, say): the late delete erased a new collection's
+record and a kill -9 lost it. Now the name stays taken until the old record
+is gone (so a failed drop can be retried): a create meanwhile is refused, one
+after the drop keeps its record. Also: ``create(if_absent=True)`` of an
+existing collection answers it (it took the service's lock twice and hung
+every vector call)."""
 
 from __future__ import annotations
 
@@ -28,14 +30,13 @@ def test_the_new_collections_record_outlives_the_old_ones_drop(
     with old.lock.read():  # a search on the old collection, still running
         dropping = threading.Thread(target=vdaemon.vectors.drop, args=("default", "r"))
         dropping.start()
-        deadline = time.monotonic() + 10
-        while ("default", "r") in vdaemon.vectors._collections:  # the name is free
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        c.vectors.create("r", 4, index="flat")  # acknowledged
-        c.vectors.upsert("r", [7], np.full((1, 4), 2.0))
+        time.sleep(0.2)  # the drop waits for the search
+        with pytest.raises(AlreadyExistsError):  # the name is not free before the drop ends
+            c.vectors.create("r", 4, index="flat")
     dropping.join(10)
     assert not dropping.is_alive()
+    c.vectors.create("r", 4, index="flat")  # acknowledged
+    c.vectors.upsert("r", [7], np.full((1, 4), 2.0))
     new = vdaemon.vectors._collections[("default", "r")]
     assert new is not old
     records = {r.name: r.id for r in vdaemon.vectors.log.collection_records()}
