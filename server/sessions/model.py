@@ -96,6 +96,12 @@ class Session:
     children_closed: int = 0
     close_reason: CloseReason | None = None
     children: set[str] = field(default_factory=set)
+    #: In memory only, set by the close of this session once it has handed the
+    #: parent its result record (the record id, 0 for none) and taken a ledger
+    #: slot (seq, serialized entry): a close that failed after that and is
+    #: resumed reuses them, so the parent gets one record and one entry per close.
+    result_record_id: int | None = None
+    ledger_slot: tuple[int, bytes] | None = None
 
 
 @dataclass(slots=True)

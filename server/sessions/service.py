@@ -10,9 +10,11 @@ finishes (``recover``): nothing a closed session owned survives.
 A close that fails in between (a cleanup hook or the object delete raises)
 leaves its sessions CLOSING in memory too; a later close of them resumes
 the cleanup (the hooks free what is left; see ``SessionCleanup``), and so does
-the reaper. Each close claims the sessions it cleans up for its duration: a
-close that would take in a session another close is cleaning up waits for
-that one to end (at most ``_CLOSE_WAIT_S``), so no cleanup runs twice at once.
+the reaper. A resumed close hands the parent the result record and ledger
+entry the failed one already made (kept on the child in memory), not new ones.
+Each close claims the sessions it cleans up for its duration: a close that
+would take in a session another close is cleaning up waits for that one to
+end (at most ``_CLOSE_WAIT_S``), so no cleanup runs twice at once.
 
 Locks: the session lock is taken before the store lock, never after; cleanup
 hooks and the result sink are called without the session lock.
@@ -429,30 +431,34 @@ class SessionService:
         if parent is not None and parent.state == SessionState.OPEN:
             payload = result if reason == CloseReason.CLIENT else _auto_result(top, reason)
             payload = payload[: self.config.max_result_bytes]
-            if payload and self.result_sink is not None:
-                report.result_record_id = self.result_sink.append_result(parent.id, top.id, payload)
+            if top.result_record_id is None:  # else an earlier, failed close handed it over
+                rid = 0
+                if payload and self.result_sink is not None:
+                    rid = self.result_sink.append_result(parent.id, top.id, payload)
+                top.result_record_id = rid
+            report.result_record_id = top.result_record_id
             with self._lock:
-                entry = agent_pb2.LedgerRecord(
-                    entry=sessions_pb2.LedgerEntry(
-                        child=top.id,
-                        label=top.label,
-                        bytes=len(payload),
-                        tokens=result_tokens,
-                        reason=int(reason),  # type: ignore[arg-type]
-                        closed_unix_ms=_now_ms(),
+                if top.ledger_slot is None:
+                    entry = agent_pb2.LedgerRecord(
+                        entry=sessions_pb2.LedgerEntry(
+                            child=top.id,
+                            label=top.label,
+                            bytes=len(payload),
+                            tokens=result_tokens,
+                            reason=int(reason),  # type: ignore[arg-type]
+                            closed_unix_ms=_now_ms(),
+                        )
                     )
-                )
-                seq = parent.children_closed
-                parent.children_closed += 1
-                parent.ledger_bytes += len(payload)
-                parent.ledger_tokens += result_tokens
+                    top.ledger_slot = (parent.children_closed, entry.SerializeToString())
+                    parent.children_closed += 1
+                    parent.ledger_bytes += len(payload)
+                    parent.ledger_tokens += result_tokens
+                    self.metrics.session_ledger_bytes.inc(len(payload))
+                seq, entry_bytes = top.ledger_slot
                 batch.put(
-                    "session_ledger",
-                    parent.id.encode() + b"\x00" + _SEQ.pack(seq),
-                    entry.SerializeToString(),
+                    "session_ledger", parent.id.encode() + b"\x00" + _SEQ.pack(seq), entry_bytes
                 )
                 batch.put("sessions", parent.id.encode(), _to_record(parent).SerializeToString())
-            self.metrics.session_ledger_bytes.inc(len(payload))
         for s in subtree:
             batch.delete("sessions", s.id.encode())
             for key, _ in self.rocks.scan("session_ledger", s.id.encode() + b"\x00"):
