@@ -46,6 +46,8 @@ NO_NAMESPACE: dict[str, Role | None] = {
     f"{_V1}BlobService/BlobStats": Role.READ,
     f"{_V1}ScratchService/Stats": Role.READ,
     f"{_V1}ScratchService/Flush": Role.WRITE,  # writes back every session's buffered records
+    # runs on the daemon's CPUs; with a session the service also needs READ on its namespace
+    f"{_V1}OperatorService/Invoke": Role.READ,
     # authorized by the service: ADMIN, or the role on the namespace of the
     # session, upload or leases the request names (listings: filtered by it)
     f"{_V1}AdminService/CreateNamespace": None,
@@ -57,7 +59,6 @@ NO_NAMESPACE: dict[str, Role | None] = {
     f"{_V1}BlobService/AbortUpload": None,
     f"{_V1}DataPlaneService/Commit": None,
     f"{_V1}DataPlaneService/Release": None,
-    f"{_V1}OperatorService/Invoke": None,  # without a session: computes on its arguments only
     f"{_V1}ScratchService/Append": None,
     f"{_V1}ScratchService/AppendStream": None,
     f"{_V1}ScratchService/Replay": None,
