@@ -125,6 +125,23 @@ class Mover:
             return False
         if not writes.claim(encoded):
             return False  # the remote writer is busy with this key: not now
+        # the entry was read before the claim: a newer version may have reached
+        # the store meanwhile (published, or uploaded by another demotion), and
+        # uploading this one over it would leave the store holding an older
+        # value than the catalog says, which the delete check then spares.
+        # While the claim is held nobody else writes the key remotely, so a
+        # check now holds until the switch.
+        with store.lock:
+            now = self.catalog.find(encoded)
+            current = (
+                now is not None
+                and now.same_copy(entry)
+                and now.tier != Tier.REMOTE
+                and not now.remote_copy
+            )
+        if not current:
+            writes.release(encoded, orphaned=False)  # nothing was uploaded
+            return False
         moved = False
         try:
             moved = self._copy_then_switch(encoded, entry, view, target, force=force)
