@@ -84,6 +84,21 @@ def check_client_key(key: ObjectKey) -> None:
         )
 
 
+def _group_totals(
+    puts: Sequence[FilledPut], replaced: Sequence[int | None]
+) -> dict[tuple[str, str], list[int]]:
+    """Per (namespace, session) group of a batch of puts: [bytes put, bytes of
+    the objects they replace, objects they add]; ``replaced[i]``: the size of
+    the object put ``i`` replaces, None when it adds one."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for p, old_size in zip(puts, replaced, strict=True):
+        g = groups.setdefault((p.spec.key.namespace, p.spec.session), [0, 0, 0])
+        g[0] += p.spec.size_bytes
+        g[1] += old_size or 0
+        g[2] += 0 if old_size is not None else 1
+    return groups
+
+
 class _Contended(Exception):
     """An unlocked read met a change (or a queued promotion): read under the lock."""
 
@@ -485,16 +500,13 @@ class ObjectService:
         self, puts: Sequence[FilledPut], encoded: Sequence[bytes]
     ) -> dict[tuple[str, str], Ticket]:
         """One guard admission per (namespace, session) group of a batch of puts."""
-        groups: dict[tuple[str, str], list[int]] = {}
         index = self.catalog.index
         with self.store.lock:
             sizes = index.cols["size"]
-            for p, enc in zip(puts, encoded, strict=True):
-                row = index.find(enc)
-                g = groups.setdefault((p.spec.key.namespace, p.spec.session), [0, 0, 0])
-                g[0] += p.spec.size_bytes
-                g[1] += int(sizes[row]) if row is not None else 0
-                g[2] += 0 if row is not None else 1
+            rows = [index.find(enc) for enc in encoded]
+            groups = _group_totals(
+                puts, [int(sizes[row]) if row is not None else None for row in rows]
+            )
         tickets: dict[tuple[str, str], Ticket] = {}
         try:
             for (namespace, session), (put_bytes, replaced, new) in groups.items():
@@ -597,12 +609,7 @@ class ObjectService:
                 self.guard.check_put(p.spec, p.reservation.tier, old, old_session)
                 olds.append((old, old_session, old_version))
             # what each group adds as found now, against what it was admitted for
-            found: dict[tuple[str, str], list[int]] = {}
-            for p, (old, _s, _v) in zip(puts, olds, strict=True):
-                g = found.setdefault((p.spec.key.namespace, p.spec.session), [0, 0, 0])
-                g[0] += p.spec.size_bytes
-                g[1] += old.size if old is not None else 0
-                g[2] += 0 if old is not None else 1
+            found = _group_totals(puts, [old.size if old is not None else None for old, *_ in olds])
             for group, (put_bytes, replaced, new) in found.items():
                 store.guard.readmit(
                     admissions[group], put_bytes=put_bytes, replaced_bytes=replaced, new_objects=new
