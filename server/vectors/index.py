@@ -172,6 +172,41 @@ def search(
     return distances, labels
 
 
+#: How much wider each retry of a short IVF_PQ search probes (``widen_short``).
+NPROBE_GROWTH = 4
+
+
+def widen_short(
+    index: Any,
+    queries: F32,
+    k: int,
+    allowed: npt.NDArray[np.uint8] | None,
+    slot_count: int,
+    nprobe: int,
+    want: int,
+    found: tuple[F32, I64],
+) -> tuple[F32, I64]:
+    """Complete ``found``, an IVF_PQ ``search`` with ``nprobe`` lists, so that every
+    query has min(k, ``want``) results (``want``: the vectors the search may
+    return, all of them matching the filter). faiss looks only in the ``nprobe``
+    lists nearest the query and applies the filter inside them, so a selective
+    filter left rows short although k vectors matched. Short queries are
+    searched again with ``NPROBE_GROWTH`` times the lists, up to every list (an
+    exhaustive scan of the codes, which finds whatever matches)."""
+    distances, labels = np.array(found[0], copy=True), np.array(found[1], copy=True)
+    nlist = int(index.nlist)
+    probe = max(1, min(nprobe, nlist))
+    target = min(k, want)
+    while probe < nlist:
+        short = np.flatnonzero((labels >= 0).sum(axis=1) < target)
+        if len(short) == 0:
+            break
+        probe = min(nlist, probe * NPROBE_GROWTH)
+        more = search(index, IndexKind.IVF_PQ, queries[short], k, allowed, slot_count, 0, probe)
+        distances[short], labels[short] = more
+    return distances, labels
+
+
 def search_among(index: Any, kind: IndexKind, queries: F32, k: int, slots: I64) -> tuple[F32, I64]:
     """``search`` restricted to ``slots``, exactly: their stored vectors compared
     with every query (FLAT/HNSW). For a selective filter on an HNSW graph: its

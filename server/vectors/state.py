@@ -173,11 +173,13 @@ class State:
         if self.count == 0:
             return none
         allowed: npt.NDArray[np.uint8] | None = None
+        matches = self.count
         if not flt.empty:
             mask = self.columns.mask(flt, n) & self.live[:n]
-            if not mask.any():
+            matches = int(mask.sum())
+            if not matches:
                 return none
-            if self.built == IndexKind.HNSW and mask.sum() <= EXACT_FILTER_MAX_ROWS:
+            if self.built == IndexKind.HNSW and matches <= EXACT_FILTER_MAX_ROWS:
                 # few matches: compare them all (the graph walk would miss some)
                 return self._finish(
                     *fx.search_among(self.index, self.built, queries, k, np.flatnonzero(mask))
@@ -189,6 +191,13 @@ class State:
         if allowed is None and self.gpu_index is not None:
             index = self.gpu_index
         distances, slots = fx.search(index, self.built, queries, k, allowed, n, ef_search, nprobe)
+        if self.built == IndexKind.IVF_PQ:
+            # the nprobe lists searched may hold fewer than k of the matches:
+            # probe more lists of the CPU index (a GPU copy takes no filter)
+            # until each query has k or every list was searched
+            found = (distances, slots)
+            distances, slots = fx.widen_short(self.index, queries, k, allowed, n, nprobe,
+                                              matches, found)  # fmt: skip
         return self._finish(distances, slots)
 
     def _finish(self, distances: F32, slots: I64) -> tuple[F32, I64]:
