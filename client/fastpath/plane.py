@@ -118,6 +118,18 @@ OPENING_TIMEOUTS_BEFORE_COOLDOWN = 3
 RELEASE_CLOSE_WAIT_S = 5.0
 #: The thread sending Release calls stops after this long without one.
 RELEASER_IDLE_S = 10.0
+#: How long a Release may take when the call that leased has already returned
+#: (the releasing thread's gRPC calls; ``release_leases`` of a sub-client done
+#: with a lease; a shared-memory get whose own time ran out before its release
+#: went). A release made during a call gets what is left of that call's time
+#: instead. Nobody waits for a release's answer, and one never made only leaves
+#: the lease to run to its TTL (the daemon's ``dataplane.lease_ttl_s``, 30 s by
+#: default): a daemon answers a release in well under a millisecond (it drops an
+#: in-memory lease), so 2 s allows for a loaded one, while a daemon that stalls
+#: holds the releasing thread (and ``close``, which waits RELEASE_CLOSE_WAIT_S
+#: for its queue) only briefly. The bulk channel's I/O timeout and the client's
+#: default call timeout (30 s each) bound other work and are far too long here.
+RELEASE_TIMEOUT_S = 2.0
 
 Buffer = Any  # bytes-like or numpy array
 #: ``target(position in the batch, metadata)``: where a value read lands (a
@@ -411,7 +423,8 @@ class DataPlane:
         self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
 
     def release_leases(self, lease_ids: Sequence[int]) -> None:
-        """Release shared-memory read leases without waiting for the answer."""
+        """Release shared-memory read leases without waiting for the answer
+        (within RELEASE_TIMEOUT_S: the call that leased them has returned)."""
         self._release_soon(lease_ids)
 
     def count(self, path: str, *, puts: int = 0, gets: int = 0, nbytes: int = 0) -> None:
@@ -795,7 +808,7 @@ class DataPlane:
                     s.send_only(op, request)
                     return True
 
-                return self._via_session(address, send)
+                return self._via_session(address, send, self._timeout(timeout_s))
             timeout = self._timeout(timeout_s)
             return self._via_session(
                 address, lambda s: s.unary(op, request, reply, timeout), timeout
@@ -895,22 +908,29 @@ class DataPlane:
                 timeout_s,
             )
 
-    def _release_soon(self, lease_ids: Sequence[int]) -> None:
+    def _release_soon(self, lease_ids: Sequence[int], deadline: float | None = None) -> None:
         """Release read leases without waiting for the answer: the copy is done, so
         the caller need not pay a round trip. A lost release only means the lease
         runs to its TTL. On a bulk session it is sent without reading its answer;
         without sessions one thread of the plane's sends them over gRPC (a gRPC
-        future per call would start a thread per call: ~2 ms per batch of 16 here)."""
+        future per call would start a thread per call: ~2 ms per batch of 16 here).
+
+        ``deadline`` (``time.monotonic``): the call's that leased them, which
+        sending on a session (opening one included) may not pass; None: that
+        call has returned, RELEASE_TIMEOUT_S from now. Releases that could not
+        go on a session by then (or whose session broke) are left to the
+        releasing thread, which has RELEASE_TIMEOUT_S for each."""
         if not lease_ids:
             return
+        if deadline is None:
+            deadline = time.monotonic() + RELEASE_TIMEOUT_S
         request = dataplane_pb2.ReleaseRequest(lease_ids=list(lease_ids))
-        try:
+        left_s = deadline - time.monotonic()
+        with contextlib.suppress(TiermemClientError, _Fallback):  # then by gRPC
             # sent on a session without waiting: its answer is read before the
             # session's next request (no round trip, no gRPC call)
-            if self._on_session(OP_RELEASE, request, None) is not None:
+            if left_s > 0 and self._on_session(OP_RELEASE, request, None, left_s) is not None:
                 return
-        except (TiermemClientError, _Fallback):
-            return  # they expire on their own
         with self._lock:  # (the thread stops when idle: see _send_releases)
             if self._releaser is None:
                 self._releaser = threading.Thread(
@@ -939,7 +959,7 @@ class DataPlane:
             with contextlib.suppress(grpc.RpcError):  # else they expire on their own
                 self._dp.Release(
                     dataplane_pb2.ReleaseRequest(lease_ids=ids),
-                    timeout=self._transport.timeout_s,
+                    timeout=RELEASE_TIMEOUT_S,  # their calls have returned
                     metadata=self._transport.metadata,
                 )
 
@@ -1039,6 +1059,7 @@ class DataPlane:
             keys=self._keys(refs), ttl_ms=self._lease_ttl_ms, inline_max_bytes=self.threshold_bytes
         )
         started = time.monotonic()
+        deadline = started + self._timeout(timeout_s)  # the release's too
         reply, carrier = self._control(
             OP_LEASE,
             request,
@@ -1067,7 +1088,7 @@ class DataPlane:
                 results.append(Fetched(info, data, carrier if lease.inline else "shm"))
             late = time.monotonic() > started + reply.ttl_ms / 1000.0
         finally:
-            self._release_soon(lease_ids)
+            self._release_soon(lease_ids, deadline)
         if late:
             raise _Fallback()  # the lease may have run out mid-copy: do not trust the bytes
         for r in results:

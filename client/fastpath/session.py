@@ -271,11 +271,24 @@ class Session:
     def send_only(self, op: int, request_msg: Message) -> None:
         """Send a unary request whose answer the caller does not need (a lease
         release): its reply is read and dropped before the session's next one,
-        so the caller saves a round trip."""
+        so the caller saves a round trip. The send ends by the call's deadline
+        (DeadlineError: nothing was sent if the time was up before it began,
+        else the session is closed)."""
+        if self.call_deadline is not None and self.call_deadline <= time.monotonic():
+            raise error_for(
+                "DEADLINE_EXCEEDED",
+                f"bulk session request (op {op}) not sent: its call's time was used up",
+            )
+        self._deadline = self.call_deadline
         self.in_step = False
         try:
-            self.sock.sendall(request(op, request_msg.SerializeToString()))
+            self._sendall(request(op, request_msg.SerializeToString()))
         except OSError as exc:
+            if self._timed_out(exc):
+                raise error_for(
+                    "DEADLINE_EXCEEDED",
+                    f"bulk session request (op {op}) not sent by its call's deadline",
+                ) from None
             raise BulkBroken(f"bulk session broke: {exc}") from None
         self.owed += 1
         self.in_step = True
