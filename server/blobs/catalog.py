@@ -16,8 +16,10 @@ replaced or deleted, with the reference counts, totals, session index and
 journal entry it implies — is ONE write batch, synced before the call
 returns: after ``kill -9`` the counts always match the records. A content
 whose count reaches zero is deleted in that batch; its payload (a file or a
-LanceDB row) is removed right after, and payloads left behind by a crash in
-between are removed at start-up (``BlobService.recover``).
+LanceDB row) is removed once the batch is synced (after a failed sync, once a
+later sync succeeds: until then a power loss could bring back the record
+naming it), and payloads left behind by a crash in between are removed at
+start-up (``BlobService.open``).
 
 The caller (``BlobService``) serialises writers with its lock; reads are
 lock-free (RocksDB gives each a consistent value).
@@ -222,9 +224,12 @@ class BlobCatalog:
             self.sync()
         return Change(old, freed)
 
-    def delete(self, key: bytes) -> Change:
-        """Delete a blob record, dropping its content reference. Synced; the
-        totals and tallies change once the batch is applied (as in ``commit``)."""
+    def delete(self, key: bytes, *, sync: bool = True) -> Change:
+        """Delete a blob record, dropping its content reference. Synced unless
+        ``sync`` is False (the caller calls ``sync()``: a failed sync raises with
+        the delete applied, and the caller keeps what it freed until a later
+        sync succeeds); the totals and tallies change once the batch is applied
+        (as in ``commit``)."""
         old = self.blob(key)
         if old is None:
             return Change(None, None)
@@ -240,7 +245,8 @@ class BlobCatalog:
         self._write(batch, totals)
         self.journal_pending += 1
         self._count(old, -1)
-        self.sync()
+        if sync:
+            self.sync()
         return Change(old, freed)
 
     def _unref(self, batch: Batch, old: rec_pb.BlobRecord, totals: Totals) -> Freed | None:

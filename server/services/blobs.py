@@ -45,7 +45,7 @@ import numpy as np
 
 from tiermem.server.blobs.blocks import aligned_range, sums_slice
 from tiermem.server.blobs.cache import HotCache, cache_key
-from tiermem.server.blobs.catalog import BlobCatalog, Freed, blob_key, now_ms
+from tiermem.server.blobs.catalog import BlobCatalog, Change, Freed, blob_key, now_ms
 from tiermem.server.blobs.embedder import blob_embedder, no_embedder_message
 from tiermem.server.blobs.hashing import SHA256_BYTES, digest_of
 from tiermem.server.blobs.index import SearchIndex, where_clause
@@ -108,6 +108,9 @@ BULK_BUFFER_BYTES = 4 << 20
 #: Slots of a same-host upload's ring (each ``read_unit_bytes``): the client
 #: fills some while the daemon writes and hashes the others.
 SHM_UPLOAD_SLOTS = 4
+#: Freed payloads kept for a catalog sync to succeed (``_defer_free``); beyond
+#: this, the oldest are left to the start-up sweep.
+UNSYNCED_FREES_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +184,9 @@ class BlobService:
         self.payloads: PayloadStore = self.files
         self.index: SearchIndex | None = None
         self._spaces: dict[str, int] = {}
+        #: Payloads freed by applied changes whose catalog sync failed, by hash:
+        #: removed once a later sync succeeds (``_free_synced``; under ``_lock``).
+        self._unsynced_frees: dict[bytes, Freed] = {}
         self.uploads = UploadTable(
             self.root / "uploads",
             block_bytes=self.block_bytes,
@@ -255,7 +261,10 @@ class BlobService:
 
     def _collect_garbage(self) -> None:
         """Payloads nothing references (a crash between a commit that freed them
-        and their removal, or between an adoption and its commit) are removed."""
+        and their removal, or between an adoption and its commit) are removed:
+        the catalog read at start-up is what survived, so a payload no content
+        record of its store names belongs to no blob."""
+        swept = 0
         for store, kind in ((self.files, rec_pb.ContentRecord.FILES),) + (
             ((self.lance, rec_pb.ContentRecord.LANCE),) if self.lance is not None else ()
         ):
@@ -263,6 +272,10 @@ class BlobService:
                 content = self.catalog.content(sha)
                 if content is None or content.store != kind:
                     store.delete(sha)
+                    swept += 1
+        if swept:
+            log.info("deleted %d blob payloads no record references (left by the previous run)",
+                     swept)  # fmt: skip
         for sha in list(self.catalog.content_hashes()):
             content = self.catalog.content(sha)
             if content is not None and content.refs <= 0:
@@ -671,72 +684,90 @@ class BlobService:
         then one synced batch. ``source`` is the whole content (bytes or an fsynced
         staging file), or None when the client named a stored content by hash."""
         embeddings = self._with_text_embedding(spec, sha, source, head)
-        deduplicated = False
         with self._lock:
             spec = self._owner(spec, caller)
             old = self._check_replace(spec, caller)
             self._check_session_quota(spec, old)  # before any byte is adopted
             self._create_spaces(embeddings)
-            content = self.catalog.content(sha)
-            new_content = None
-            inline = None
-            if content is None or content.damaged:
-                if source is None:
-                    raise FailedPrecondition(
-                        f"content {sha.hex()} is no longer stored; upload the bytes"
-                    )
-                new_content, inline = self._store_content(sha, sums, spec.size_bytes, source)
-                if content is not None:  # a repair: same references, fresh bytes
-                    new_content.refs = content.refs
-                    new_content.namespace_refs.update(content.namespace_refs)
-                    self.catalog.update_content(sha, new_content, inline)
-                    log.warning("content %s was damaged and is repaired by a new upload", sha.hex())
-                    new_content = None
-            else:
-                deduplicated = True
-                if isinstance(source, Path):
-                    source.unlink(missing_ok=True)
-            record = rec_pb.BlobRecord(
-                namespace=spec.namespace,
-                key=spec.key,
-                sha256=sha,
-                size_bytes=spec.size_bytes,
-                media_type=spec.media_type,
-                tags=list(spec.tags),
-                session=spec.session,
-                created_unix_ms=now_ms(),
-                embeddings=[
-                    rec_pb.StoredEmbedding(space=s, values=v.astype("<f4").tobytes())
-                    for s, v in embeddings
-                ],
-                version=(old.version + 1) if old is not None else 1,
-                uid=self.catalog.next_uid(),
-            )
-            # The session's quota again, and the commit, under the store lock:
-            # object puts check a session's quota and commit under it, so a blob
-            # put and an object put of one session cannot each pass its check
-            # on usage without the other's bytes. The batch is applied under
-            # the lock and synced after it, as object puts are. Lock order: the
-            # blob lock, then the store lock (as ``_after_unref``); nothing
-            # holding the store lock takes the blob lock.
-            with self.store.lock:
-                try:
-                    self._check_session_quota(spec, old)
-                except CapacityExceeded:
-                    self._discard_adopted(sha, new_content)
-                    raise
-                change = self.catalog.commit(
-                    record, new_content=new_content, inline=inline, upload_id=upload_id,
-                    sync=False,
-                )  # fmt: skip
-            self.catalog.sync()
-            self._after_unref(change.old, change.freed)
+            try:
+                record, change, deduplicated = self._apply(
+                    spec, sha, sums, source, upload_id, embeddings, old
+                )
+            except BaseException:
+                # nothing was applied: no record names bytes it adopted
+                self._discard_adopted(sha)
+                raise
+            self._synced(change)
             refs = self._refs(sha)
         self._changed()
         self.metrics.blob_ops.labels("put", "deduplicated" if deduplicated else "stored").inc()
         info = info_from_record(record, self.block_bytes, refs)
         return UploadState("", spec.size_bytes, spec.size_bytes, self.block_bytes, 0, info,
                            deduplicated)  # fmt: skip
+
+    def _apply(
+        self,
+        spec: BlobSpec,
+        sha: bytes,
+        sums: bytes,
+        source: bytes | Path | None,
+        upload_id: str,
+        embeddings: Sequence[tuple[str, np.ndarray[Any, Any]]],
+        old: rec_pb.BlobRecord | None,
+    ) -> tuple[rec_pb.BlobRecord, Change, bool]:
+        """Adopt the bytes and apply the blob's batch, unsynced (call with the
+        lock held): (record, what it replaced, deduplicated). Raises with
+        nothing applied."""
+        deduplicated = False
+        content = self.catalog.content(sha)
+        new_content = None
+        inline = None
+        if content is None or content.damaged:
+            if source is None:
+                raise FailedPrecondition(
+                    f"content {sha.hex()} is no longer stored; upload the bytes"
+                )
+            new_content, inline = self._store_content(sha, sums, spec.size_bytes, source)
+            if content is not None:  # a repair: same references, fresh bytes
+                new_content.refs = content.refs
+                new_content.namespace_refs.update(content.namespace_refs)
+                self.catalog.update_content(sha, new_content, inline)
+                log.warning("content %s was damaged and is repaired by a new upload", sha.hex())
+                new_content = None
+        else:
+            deduplicated = True
+            if isinstance(source, Path):
+                source.unlink(missing_ok=True)
+        record = rec_pb.BlobRecord(
+            namespace=spec.namespace,
+            key=spec.key,
+            sha256=sha,
+            size_bytes=spec.size_bytes,
+            media_type=spec.media_type,
+            tags=list(spec.tags),
+            session=spec.session,
+            created_unix_ms=now_ms(),
+            embeddings=[
+                rec_pb.StoredEmbedding(space=s, values=v.astype("<f4").tobytes())
+                for s, v in embeddings
+            ],
+            version=(old.version + 1) if old is not None else 1,
+            uid=self.catalog.next_uid(),
+        )
+        # The session's quota again, and the commit, under the store lock:
+        # object puts check a session's quota and commit under it, so a blob
+        # put and an object put of one session cannot each pass its check
+        # on usage without the other's bytes. The batch is applied under
+        # the lock and synced after it, as object puts are. Lock order: the
+        # blob lock, then the store lock (as ``_after_unref``); nothing
+        # holding the store lock takes the blob lock.
+        with self.store.lock:
+            self._check_session_quota(spec, old)
+            change = self.catalog.commit(
+                record, new_content=new_content, inline=inline, upload_id=upload_id,
+                sync=False,
+            )  # fmt: skip
+        return record, change, deduplicated
 
     def _store_content(
         self, sha: bytes, sums: bytes, size: int, source: bytes | Path
@@ -764,12 +795,50 @@ class BlobService:
         record.store = rec_pb.ContentRecord.LANCE if lance else rec_pb.ContentRecord.FILES
         return record, None
 
-    def _discard_adopted(self, sha: bytes, content: rec_pb.ContentRecord | None) -> None:
-        """Remove the payload ``_store_content`` adopted for a commit that was
-        refused before its record was written (call with the lock held)."""
-        store = self._store_of(content) if content is not None else None
-        if store is not None:
-            store.delete(sha)
+    def _discard_adopted(self, sha: bytes) -> None:
+        """Remove a payload ``_store_content`` may have adopted for a put that
+        failed with nothing applied (refused at commit, a failed catalog write),
+        unless a record may name it: its content record exists (the bytes were
+        known, or repaired in place), or a freed payload of that hash waits for
+        a sync (the record freeing it may not be durable). Call with the lock
+        held."""
+        if self.catalog.content(sha) is not None or sha in self._unsynced_frees:
+            return
+        self.payloads.delete(sha)
+
+    def _synced(self, change: Change) -> None:
+        """Sync the catalog after ``change`` was applied, then remove what it freed
+        (call with the lock held). When the sync fails, the freed payload is kept
+        (a power loss could bring back the record that names it) until a later
+        sync succeeds; the error is raised."""
+        try:
+            self.catalog.sync()
+        except BaseException:
+            self._after_unref(change.old, None)
+            if change.freed is not None:
+                self._defer_free(change.freed)
+            raise
+        self._after_unref(change.old, change.freed)
+        self._free_synced()
+
+    def _defer_free(self, freed: Freed) -> None:
+        frees = self._unsynced_frees
+        frees.pop(freed.sha256, None)
+        frees[freed.sha256] = freed
+        while len(frees) > UNSYNCED_FREES_MAX:
+            sha = next(iter(frees))
+            del frees[sha]
+            log.warning("blob payload %s waits for the start-up sweep (too many unsynced frees)",
+                        sha.hex())  # fmt: skip
+
+    def _free_synced(self) -> None:
+        """Remove the payloads freed before a sync that failed, now that a later
+        one succeeded (call with the lock held, after that sync). One whose
+        content was stored again meanwhile is named by a record: it stays."""
+        frees, self._unsynced_frees = self._unsynced_frees, {}
+        for sha, freed in frees.items():
+            if self.catalog.content(sha) is None:
+                self._after_unref(None, freed)
 
     def _after_unref(self, old: rec_pb.BlobRecord | None, freed: Freed | None) -> None:
         """Remove a freed content's payload, and cached copies a namespace no
@@ -1242,8 +1311,8 @@ class BlobService:
             if record is None:
                 return False, False
             self._admit(namespace, caller, record, write=True)
-            change = self.catalog.delete(bkey)
-            self._after_unref(change.old, change.freed)
+            change = self.catalog.delete(bkey, sync=False)
+            self._synced(change)
         self._changed()
         self.metrics.blob_ops.labels("delete", "deleted").inc()
         return True, change.freed is not None
@@ -1428,6 +1497,15 @@ class BlobService:
         """Reap idle uploads; optimize the LanceDB tables after enough changes."""
         if self.uploads.reap_expired():
             self.metrics.blob_uploads_active.set(len(self.uploads))
+        with self._lock:
+            if self._unsynced_frees:
+                try:
+                    self.catalog.sync()
+                except Exception:  # kept for the next pass
+                    log.warning("catalog sync failed; %d freed blob payloads wait for the next",
+                                len(self._unsynced_frees))  # fmt: skip
+                else:
+                    self._free_synced()
         self.flush_index()
         if self._changes >= self.config.optimize_after_changes:
             self._changes = 0
@@ -1455,8 +1533,8 @@ class BlobService:
                 record = self.catalog.blob(bkey)
                 if record is None or record.session != session:
                     continue
-                change = self.catalog.delete(bkey)
-                self._after_unref(change.old, change.freed)
+                change = self.catalog.delete(bkey, sync=False)
+                self._synced(change)
             freed.items += 1
             if change.freed is not None:
                 n = int(change.freed.content.size_bytes)
