@@ -20,7 +20,8 @@ it could reach (its own, those of no session, an ancestor's its grants
 name; a sibling's do not exist for it), and what it puts it owns, never
 over another session's block. A caller acting as no session (an inference
 worker, a trusted tool) is checked for nothing here, at no cost: the checks
-read a block's record only for blocks another session owns.
+read a block's record only for blocks another session owns, and a delete
+reads none (the index's session column names each block's owner).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from tiermem.server.errors import (
 from tiermem.server.model import (
     Kind,
     ObjectKey,
+    ObjectMeta,
     Precision,
     Profile,
     TensorInfo,
@@ -708,17 +710,24 @@ class KvService:
         given). Returns (blocks deleted, bytes freed).
 
         A ``caller`` acting as a session deletes by the rules of an object delete
-        made as it (``ObjectGuard.check_access``): blocks it may not delete (a
-        sibling's, which do not exist for it, or an ancestor's shared with it
-        read-only) are left and not counted, where a delete of one of them
-        alone would be refused. No caller: a trusted tool, every block."""
+        made as it (``ObjectGuard.check_access`` with ``write``): only blocks it
+        owns or no session owns. Another session's (a sibling's, which does not
+        exist for it, or an ancestor's shared with it read-only) are left and not
+        counted, where a delete of one of them alone would be refused. The owner
+        comes from the index's session column, so no record is read to decide.
+        The session's lease is renewed once, up front; nothing later depends on
+        its state, so a close of it that starts meanwhile cannot stop the call
+        half-way (each of its blocks is then deleted by the call or by the
+        close). No caller: a trusted tool, every block."""
         validate_namespace(namespace)
         validate_session(session)
+        validate_session(caller)
         if model:
             KvScope(namespace, model, dtype="x").checked()
         catalog = self.store.catalog
         with self.store.lock:
             catalog.namespace_id(namespace)
+        self._renew(namespace, caller)
         scope = key_prefix(namespace, Kind.KV_BLOCK, f"{model}@" if model else "")
         if session:
             keys: Iterator[bytes] = (
@@ -743,26 +752,34 @@ class KvService:
         return deleted, freed
 
     def _remove(self, encoded_keys: list[bytes], caller: str = "") -> tuple[int, int, bool]:
-        """Remove a page of objects under one lock hold: (count, bytes, any
-        durable). Objects ``caller`` may not delete are left."""
-        deleted = freed = 0
-        durable = False
+        """Remove a page of objects in one catalog batch under one lock hold:
+        (count, bytes, any durable). Objects another session than ``caller``
+        owns are left (none without a caller)."""
+        if not encoded_keys:
+            return 0, 0, False
         catalog = self.store.catalog
-        guard = self.objects.guard
         with self.store.lock:
-            for k in encoded_keys:
-                entry = catalog.find(k)
-                if entry is None:
-                    continue
-                if caller:
-                    try:
-                        guard.check_access(catalog.meta(k, entry), caller, write=True)
-                    except (NotFound, PermissionDenied):
-                        continue
-                freed += self.store.remove_locked(k, entry)
-                durable = durable or entry.durable
-                deleted += 1
-        return deleted, freed, durable
+            rows = catalog.index.find_many(encoded_keys)
+            held = rows >= 0
+            held[self._owned_by_others_locked(rows, caller)] = False
+            victims = [(encoded_keys[i], catalog.entry(int(rows[i]))) for i in np.flatnonzero(held)]
+            if not victims:
+                return 0, 0, False
+            freed = self.store.remove_many_locked(victims)
+        return len(victims), freed, any(entry.durable for _, entry in victims)
+
+    def _renew(self, namespace: str, caller: str) -> None:
+        """Renew the lease of the session ``caller`` acts as (none without a
+        caller), as every call made as a session does, whatever it finds. The
+        guard renews the caller's lease on each access it checks and allows a
+        session its own objects, so a check of an object ``caller`` owns renews
+        the lease and refuses nothing."""
+        if not caller:
+            return
+        own = ObjectMeta(
+            ObjectKey(namespace, Kind.KV_BLOCK, ""), 0, 0, Profile(), Tier.DRAM, session=caller
+        )
+        self.objects.guard.check_access(own, caller, write=False)
 
 
 def _window(config: RemoteTierConfig, block_bytes: int) -> int:
