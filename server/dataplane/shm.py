@@ -76,6 +76,7 @@ class RemoteStager(Protocol):
         keys: Sequence[ObjectKey],
         reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
+        trim: Callable[[Reservation, int], Reservation],
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]: ...
 
     def adopt_filled(self, meta: ObjectMeta, reservation: Reservation) -> None: ...
@@ -410,8 +411,13 @@ class SharedMemoryPlane:
             except TiermemError:
                 return None  # no room to stage: adopted (or not) the ordinary way
 
+        def trim(reservation: Reservation, head: int) -> Reservation:
+            trimmed = arena.trim_front(reservation, head)
+            self._budget.give(head)
+            return trimmed
+
         # every extent it reserved and does not return, it gives to _drop
-        staged = remote.stage(keys, reserve, self._drop)
+        staged = remote.stage(keys, reserve, self._drop, trim)
         if staged and after_reply.can_defer():
             return self._adopt_after_reply(remote, staged)
         return {

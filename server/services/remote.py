@@ -98,36 +98,51 @@ class _Op:
 
 
 class _Landing:
-    """The extents a ``stage`` lands payloads in, by position in its read:
+    """The extents a ``stage`` lands values in, by position in its read:
     ``place`` reserves one (called from the remote tier's threads), ``take``
-    hands one that was answered to the stage, ``drop`` gives one back."""
+    hands one that was answered to the stage (without the head a value landed
+    whole left in its first bytes), ``drop`` gives one back."""
 
     def __init__(
         self,
         reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
+        trim: Callable[[Reservation, int], Reservation],
     ) -> None:
         self._reserve = reserve
         self._drop = drop
+        self._trim = trim
         self._lock = threading.Lock()
-        self._held: dict[int, Reservation] = {}
+        #: position -> (extent, bytes of head room before the payload)
+        self._held: dict[int, tuple[Reservation, int]] = {}
 
-    def place(self, index: int, key: ObjectKey, size: int) -> memoryview | None:
-        reservation = self._reserve(key, size)
+    def place(self, index: int, key: ObjectKey, size: int, head: int) -> memoryview | None:
+        reservation = self._reserve(key, head + size)
         if reservation is None:
             return None
         with self._lock:
-            self._held[index] = reservation
+            self._held[index] = (reservation, head)
         return reservation.buffer
 
     def take(self, index: int) -> Reservation | None:
         with self._lock:
-            return self._held.pop(index, None)
+            held = self._held.pop(index, None)
+        if held is None:
+            return None
+        reservation, head = held
+        if not head:
+            return reservation
+        try:
+            return self._trim(reservation, head)
+        except BaseException:
+            self._drop(reservation)
+            raise
 
     def drop(self, index: int) -> None:
-        reservation = self.take(index)
-        if reservation is not None:
-            self._drop(reservation)
+        with self._lock:
+            held = self._held.pop(index, None)
+        if held is not None:
+            self._drop(held[0])
 
 
 class RemoteService:
@@ -623,13 +638,16 @@ class RemoteService:
         keys: Sequence[ObjectKey],
         reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
+        trim: Callable[[Reservation, int], Reservation],
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
         """Serve the objects among ``keys`` that this daemon does not hold (no
         catalog entry; kinds it shares) straight from the remote store, in the
         extents ``reserve(key, size)`` gives: each value is fetched (parts on the
         wire at once, as ``pull``) and its payload lands in its extent
-        (``RemoteTier.read_into``: received there from the socket on Redis,
-        transferred there by Mooncake; copied there when it did not land, or
+        (``RemoteTier.read_into``: received there from the socket on Redis;
+        transferred there by Mooncake with the value's head, in an extent
+        reserved with room for it before the payload, which ``trim(extent,
+        head bytes)`` then gives back; copied there when it did not land, or
         with ``land_reads`` off), and is verified there against its checksum. Returns
         {key: (metadata, filled reservation)} for the values verified that way;
         the caller leases the extents and hands each to ``adopt_filled`` when
@@ -652,13 +670,14 @@ class RemoteService:
         with contextlib.ExitStack() as admitted:
             for namespace in {k.namespace for k in shared}:
                 admitted.enter_context(self.store.guard.admit(namespace, Role.READ))
-            return self._stage(shared, reserve, drop)
+            return self._stage(shared, reserve, drop, trim)
 
     def _stage(
         self,
         shared: list[ObjectKey],
         reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
+        trim: Callable[[Reservation, int], Reservation],
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
         with self.store.lock:
             entries = [self.catalog.find(k.encode()) for k in shared]
@@ -676,7 +695,7 @@ class RemoteService:
         out: dict[ObjectKey, tuple[ObjectMeta, Reservation]] = {}
         if not missing:
             return out
-        landing = _Landing(reserve, drop)
+        landing = _Landing(reserve, drop, trim)
         encoded = [k.encode() for k in missing]
         parts = (
             self.remote.read_into(encoded, landing.place, landing.drop)

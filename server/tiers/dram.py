@@ -138,6 +138,23 @@ class DramEngine:
         location = extent + VALUE_SKEW
         return Reservation(self.tier, location, size, self._view[location : location + size])
 
+    def trim_front(self, reservation: Reservation, nbytes: int) -> Reservation:
+        """The reservation without its first ``nbytes`` (a multiple of
+        ``GRANULE``), which go back to the arena: a remote value landed whole
+        (head and payload in one transfer) keeps only its payload. Only the
+        returned reservation may be committed or aborted afterwards."""
+        if reservation.location < 0 or nbytes % GRANULE or not 0 < nbytes < reservation.size:
+            raise InvariantViolation(f"cannot trim {nbytes} bytes off reservation {reservation}")
+        with self._lock:
+            self._alloc.trim_front(reservation.location - VALUE_SKEW, nbytes)
+        return Reservation(
+            self.tier,
+            reservation.location + nbytes,
+            reservation.size - nbytes,
+            reservation.buffer[nbytes:],
+            reservation.recheck,
+        )
+
     def commit(self, reservation: Reservation) -> int:
         if reservation.location < 0:
             buf = reservation.buffer.obj

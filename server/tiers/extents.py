@@ -82,5 +82,21 @@ class ExtentAllocator:
         self._add_free(start, end - start)
         return size
 
+    def trim_front(self, offset: int, nbytes: int) -> int:
+        """Release the first ``nbytes`` (a multiple of the granule, less than the
+        extent) of the live extent at ``offset``; returns where the rest starts,
+        which is what ``free`` takes from then on."""
+        size = self._live.get(offset)
+        if size is None:
+            raise InvariantViolation(f"trim of unallocated extent at {offset}")
+        if nbytes <= 0 or nbytes % self.granule or nbytes >= size:
+            raise InvariantViolation(f"cannot trim {nbytes} bytes off a {size}-byte extent")
+        rest = offset + nbytes
+        self._live[rest] = size - nbytes
+        # the front is freed like an extent of its own (merging with free neighbours)
+        self._live[offset] = nbytes
+        self.free(offset)  # takes the front's bytes off ``allocated_bytes``
+        return rest
+
     def size_of(self, offset: int) -> int:
         return self._live[offset]

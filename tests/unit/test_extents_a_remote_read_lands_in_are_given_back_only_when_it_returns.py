@@ -24,6 +24,7 @@ from tiermem.server.model import Kind, ObjectKey, ObjectMeta, Profile, Tier
 from tiermem.server.tiers.remote import RemoteError, RemoteValue
 from tiermem.server.tiers.remote.base import LANDED, Landed, Lander
 from tiermem.server.tiers.remote.codec import (
+    FIXED_HEAD_BYTES,
     FIXED_HEAD_MIN_PAYLOAD_BYTES,
     encode_header,
     remote_name,
@@ -35,7 +36,7 @@ DEPLOYMENT = "unit"
 
 class LandingStore(FlakyStore):
     """Values in memory, landed past their head like the Redis reader does (or
-    placed before reading, like Mooncake: ``before_head``). ``gate``: each read
+    placed whole before reading, like Mooncake: ``before_head``). ``gate``: each read
     waits for it after placing (a slow store); ``failing``: that many reads
     fail after placing."""
 
@@ -61,15 +62,16 @@ class LandingStore(FlakyStore):
                 continue
             view = memoryview(value)
             if self.before_head:
-                spot = lander.target_before_head(i, len(value))
+                spot = lander.target_whole(i, len(value))
                 if spot is None:
                     out.append((view, None))
                     continue
-                length, placed = spot
-                if not lander.head_read(i, view[:length], len(value)):
-                    out.append((view, None))  # the placed buffer is given back
+                length, whole = spot
+                whole[:] = value  # one transfer: head and payload together
+                if not lander.head_read(i, whole[:length], len(value)):
+                    # answered as it landed; the placed buffer is given back
+                    out.append((memoryview(bytes(whole)), None))
                     continue
-                targets.append((placed, value[length:]))
                 out.append(LANDED)
                 continue
             else:
@@ -121,15 +123,21 @@ class Buffers:
 
     def __init__(self) -> None:
         self.given: dict[int, bytearray] = {}
+        self.heads: dict[int, int] = {}
         self.dropped: list[int] = []
         self.lock = threading.Lock()
         self.all_dropped = threading.Event()
 
-    def place(self, i: int, key: ObjectKey, size: int) -> memoryview:
-        buf = bytearray(size)
+    def place(self, i: int, key: ObjectKey, size: int, head: int) -> memoryview:
+        buf = bytearray(head + size)
         with self.lock:
             self.given[i] = buf
+            self.heads[i] = head
         return memoryview(buf)
+
+    def payload(self, i: int) -> memoryview:
+        """The payload's part of the buffer given for the i-th value."""
+        return memoryview(self.given[i])[self.heads[i] :]
 
     def drop(self, i: int) -> None:
         with self.lock:
@@ -188,10 +196,10 @@ def test_a_failed_attempt_gives_back_what_it_placed_before_the_next_one() -> Non
     dropped_before_retry: list[int] = []
     place = buffers.place
 
-    def placing(i: int, key: ObjectKey, size: int) -> memoryview:
+    def placing(i: int, key: ObjectKey, size: int, head: int) -> memoryview:
         if store.reads == 2 and not dropped_before_retry:
             dropped_before_retry.extend(buffers.dropped)
-        return place(i, key, size)
+        return place(i, key, size, head)
 
     got = [v for _part, values in tier.read_into(keys, placing, buffers.drop) for v in values]
     assert store.reads == 2
@@ -217,7 +225,7 @@ def test_a_value_whose_head_is_damaged_comes_whole_and_is_data_loss() -> None:
     tier.close()
 
 
-def test_a_store_that_places_before_reading_lands_values_with_a_fixed_head() -> None:
+def test_a_store_that_places_before_reading_lands_values_whole_with_a_fixed_head() -> None:
     store = LandingStore()
     store.before_head = True
     keys, payloads = _stored(store, 2, size=FIXED_HEAD_MIN_PAYLOAD_BYTES, fixed=True)
@@ -233,8 +241,9 @@ def test_a_store_that_places_before_reading_lands_values_with_a_fixed_head() -> 
     for i in range(2):
         value = got[i]
         assert isinstance(value, LandedValue)
-        assert bytes(buffers.given[i]) == payloads[i]
-        tier.check(value.meta, memoryview(buffers.given[i]))
+        assert buffers.heads[i] == FIXED_HEAD_BYTES  # the head landed before the payload
+        assert bytes(buffers.payload(i)) == payloads[i]
+        tier.check(value.meta, buffers.payload(i))
     whole = got[2]
     assert isinstance(whole, RemoteValue) and bytes(whole.payload) == payload
     tier.verify(whole, meta.checksum, meta.size_bytes)

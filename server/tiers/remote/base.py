@@ -51,10 +51,13 @@ class Lander(Protocol):
     it then fills (None: read the value the ordinary way).
 
     A backend that must say where every byte goes before it reads any, and
-    knows each value's length, asks ``target_before_head`` for (head length,
-    buffer for the rest), reads the head into a buffer of its own and the rest
-    into that buffer, then tells ``head_read``: False means the value is not
-    laid out that way (answer it whole: head and rest joined)."""
+    knows each value's length, asks ``target_whole`` for (head length, buffer
+    of the whole value), reads the value into that buffer in one transfer,
+    then tells ``head_read`` with the buffer's first head-length bytes: False
+    means the value is not laid out that way (answer the buffer's bytes as the
+    value). One destination per value: Mooncake's TCP transport moves each
+    destination slice as a transfer of its own, and 16 values of 1 MiB read
+    in 9.4 ms into one slice each against 12 ms into two (head, payload)."""
 
     head_bytes: int
 
@@ -62,7 +65,7 @@ class Lander(Protocol):
 
     def target(self, index: int, head: memoryview, value_len: int) -> memoryview | None: ...
 
-    def target_before_head(self, index: int, value_len: int) -> tuple[int, memoryview] | None: ...
+    def target_whole(self, index: int, value_len: int) -> tuple[int, memoryview] | None: ...
 
     def head_read(self, index: int, head: memoryview, value_len: int) -> bool: ...
 

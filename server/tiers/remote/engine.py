@@ -63,9 +63,12 @@ T = TypeVar("T")
 
 #: What a backend's ``get_many`` (``get_many_into``) answers.
 _Raw = list[tuple[memoryview, object] | Landed | None]
-#: Where a ``read_into`` lands a value's payload: ``place(i, key, size)`` gives
-#: a buffer of exactly ``size`` bytes for the i-th key's payload, or None.
-Place = Callable[[int, ObjectKey, int], memoryview | None]
+#: Where a ``read_into`` lands a value's payload: ``place(i, key, size, head)``
+#: gives a buffer of exactly ``head + size`` bytes for the i-th key's value, of
+#: which the last ``size`` are the payload's (``head`` > 0: the value lands
+#: whole, its head in the first ``head`` bytes, which the caller gives back
+#: once it landed), or None.
+Place = Callable[[int, ObjectKey, int, int], memoryview | None]
 
 
 @dataclass(slots=True)
@@ -112,28 +115,29 @@ class _PartLander:
             meta = decode_head(head, value_len, self.keys[index], self.names[index])
         except Corrupted:
             return None  # read whole: decoding it then reports the damage
-        buf = self.place(self.part[index], meta.key, meta.size_bytes)
+        buf = self.place(self.part[index], meta.key, meta.size_bytes, 0)
         if buf is not None:
             self.placed[index] = meta
             self.buffers[index] = buf
         return buf
 
-    def target_before_head(self, index: int, value_len: int) -> tuple[int, memoryview] | None:
-        """(head length, buffer for the rest) for a value that would have a head
-        of fixed size (``codec``), placed before any of it is read; None: read
-        it the ordinary way. Call ``head_read`` once it was read."""
+    def target_whole(self, index: int, value_len: int) -> tuple[int, memoryview] | None:
+        """(head length, buffer for the whole value) for a value that would have
+        a head of fixed size (``codec``), placed before any of it is read: its
+        payload lands in the buffer's last bytes, where ``place`` wants it;
+        None: read it the ordinary way. Call ``head_read`` once it was read."""
         size = value_len - FIXED_HEAD_BYTES
         if size < FIXED_HEAD_MIN_PAYLOAD_BYTES:
             return None
-        buf = self.place(self.part[index], self.keys[index], size)
-        if buf is None:
+        whole = self.place(self.part[index], self.keys[index], size, FIXED_HEAD_BYTES)
+        if whole is None:
             return None
         self.placed[index] = None
-        self.buffers[index] = buf
-        return FIXED_HEAD_BYTES, buf
+        self.buffers[index] = whole[FIXED_HEAD_BYTES:]
+        return FIXED_HEAD_BYTES, whole
 
     def head_read(self, index: int, head: memoryview, value_len: int) -> bool:
-        """The head of a value placed by ``target_before_head`` was read: True if
+        """The head of a value placed by ``target_whole`` was read: True if
         it is a fixed-size head of this object (the value landed), False if the
         value has another layout (answer it whole) or a damaged head."""
         try:
@@ -366,9 +370,10 @@ class RemoteTier:
     def read_into(
         self, encoded_keys: Sequence[bytes], place: Place, drop: Callable[[int], None]
     ) -> Generator[tuple[range, list[ReadValue]], None, None]:
-        """``read``, except that a backend that reads a value's head before its
-        payload (Redis) lands the payload straight in the buffer
-        ``place(i, meta)`` gives for the i-th key: such values come as
+        """``read``, except that values land straight in the buffers ``place``
+        gives for them (Redis: the payload, received after the head; Mooncake:
+        the whole value in one transfer, the payload where ``place`` wants it):
+        such values come as
         LandedValue (verify them with ``check``). Every buffer ``place`` gave is
         either answered that way or handed to ``drop(i)``, maybe later and from
         another thread (a part given up on at its deadline may still be

@@ -14,13 +14,16 @@ Calls used and why:
   It answers ``None`` both for a missing name and for a failed read, so those
   names are asked again with ``batch_is_exist``, which tells absent (0) from an
   error (negative) and fails at once when the master is down;
-* ``batch_get_replica_desc`` + ``batch_get_into_multi_buffers`` — a read that
-  lands payloads where the caller wants them (``get_many_into``): the
-  descriptors give each value's length (one call to the master), and a value
-  with a head of fixed size (``codec``) is read in one transfer, its head into
-  a buffer of the backend's and its payload straight into the caller's
-  (an arena extent: no copy on the way). TCP transfers need no registration
-  of those buffers; RDMA would need the arena registered (``register_buffer``);
+* ``batch_get_replica_desc`` + ``batch_get_into_multi_buffers`` — a read that lands
+  payloads where the caller wants them (``get_many_into``): the descriptors
+  give each value's length (one call to the master), and a value with a head
+  of fixed size (``codec``) is read whole, in one transfer, into a buffer the
+  caller gives (an arena extent with room for the head before the payload:
+  no copy on the way). One slice per value: the TCP transport moves each
+  slice as a transfer of its own (two slices, head and payload apart, took
+  12 ms for 16 values of 1 MiB against 9.4 ms for one). TCP transfers need no
+  registration of those buffers; RDMA would need the arena registered
+  (``register_buffer``);
 * ``batch_remove(force=True)`` — a get takes a 10 s lease and a plain remove
   of a leased object fails.
 
@@ -130,43 +133,35 @@ class MooncakeBackend(RemoteBackend):
     def get_many_into(
         self, names: Sequence[str], lander: Lander
     ) -> list[tuple[memoryview, object] | Landed | None]:
-        """``get_many``, the payload of each value with a head of fixed size
-        landing straight in the buffer ``lander`` gives for it (one transfer);
-        the others, and values gone or resized since their length was asked,
+        """``get_many``, each value with a head of fixed size landing whole in
+        the buffer ``lander`` gives for it (one transfer into one slice); the
+        others, and values gone or resized since their length was asked,
         through ``get_many``."""
         out: list[tuple[memoryview, object] | Landed | None] = [None] * len(names)
         lengths = self._lengths(names)
-        placed: list[tuple[int, int, int, memoryview]] = []  # index, length, head, rest
+        placed: list[tuple[int, int, int, memoryview]] = []  # index, length, head, whole
         for i, length in enumerate(lengths):
-            spot = lander.target_before_head(i, length) if length > 0 else None
+            spot = lander.target_whole(i, length) if length > 0 else None
             if spot is not None:
                 placed.append((i, length, spot[0], spot[1]))
-        heads = bytearray(sum(head for _i, _n, head, _rest in placed))
-        ptrs: list[list[int]] = []
-        sizes: list[list[int]] = []
-        at = 0
-        base = _address(memoryview(heads)) if heads else 0
-        for _i, _n, head, rest in placed:
-            ptrs.append([base + at, _address(rest)])
-            sizes.append([head, len(rest)])
-            at += head
         codes = (
-            self._store.batch_get_into_multi_buffers([names[i] for i, *_ in placed], ptrs, sizes)
+            self._store.batch_get_into_multi_buffers(
+                [names[i] for i, *_ in placed],
+                [[_address(whole)] for *_, whole in placed],
+                [[length] for _i, length, _h, _w in placed],
+            )
             if placed
             else []
         )
         answered: set[int] = set()
-        at = 0
-        for (i, length, head, rest), code in zip(placed, codes, strict=True):
-            view = memoryview(heads)[at : at + head]
-            at += head
+        for (i, length, head, whole), code in zip(placed, codes, strict=True):
             if code != length:
                 continue  # gone or resized meanwhile (or a failed transfer): asked again
             answered.add(i)
-            if lander.head_read(i, view, length):
+            if lander.head_read(i, whole[:head], length):
                 out[i] = LANDED
             else:  # another layout: the value whole, as ``get_many`` gives it
-                out[i] = (memoryview(bytes(view) + bytes(rest)), None)
+                out[i] = (memoryview(bytes(whole)), None)
         ask = [i for i in range(len(names)) if i not in answered]
         if ask:
             for i, got in zip(ask, self.get_many([names[i] for i in ask]), strict=True):
