@@ -377,6 +377,13 @@ class BlobCatalog:
         batch.put(META, SPACE_PREFIX + name.encode(), record.SerializeToString())
         batch.commit(sync=True)
 
+    def drop_space(self, name: str) -> None:
+        """Forget a space that no blob record names (the put that registered it
+        was refused). Synced."""
+        batch = self.rocks.batch()
+        batch.delete(META, SPACE_PREFIX + name.encode())
+        batch.commit(sync=True)
+
 
 def _session_key(session: str, key: bytes) -> bytes:
     return session.encode() + b"\x00" + key

@@ -126,6 +126,14 @@ class SearchIndex:
             self._dims.setdefault(name, dimension)
             self._open(name)
 
+    def drop_space(self, name: str) -> None:
+        """Drop a space's table (no blob record names the space: its rows, if
+        any, are of no blob)."""
+        with self._lock:
+            self._db.drop_table(TABLE_PREFIX + name, ignore_missing=True)
+            self._dims.pop(name, None)
+            self._tables.pop(name, None)
+
     @property
     def spaces(self) -> dict[str, int]:
         with self._lock:

@@ -688,14 +688,17 @@ class BlobService:
             spec = self._owner(spec, caller)
             old = self._check_replace(spec, caller)
             self._check_session_quota(spec, old)  # before any byte is adopted
-            self._create_spaces(embeddings)
+            created: list[str] = []
             try:
+                self._create_spaces(embeddings, created)
                 record, change, deduplicated = self._apply(
                     spec, sha, sums, source, upload_id, embeddings, old
                 )
             except BaseException:
-                # nothing was applied: no record names bytes it adopted
+                # nothing was applied: no record names the bytes it adopted or
+                # the spaces it registered
                 self._discard_adopted(sha)
+                self._drop_spaces(created)
                 raise
             self._synced(change)
             refs = self._refs(sha)
@@ -863,14 +866,39 @@ class BlobService:
             return self.lance
         return None
 
-    def _create_spaces(self, embeddings: Sequence[tuple[str, np.ndarray[Any, Any]]]) -> None:
+    def _create_spaces(
+        self, embeddings: Sequence[tuple[str, np.ndarray[Any, Any]]], created: list[str]
+    ) -> None:
+        """Register the spaces of ``embeddings`` not registered yet, each added to
+        ``created`` before it is (call with the lock held)."""
         self._check_spaces(embeddings)
         for space, values in embeddings:
             if space not in self._spaces:
+                created.append(space)
                 self.catalog.put_space(space, len(values))
                 self._spaces[space] = len(values)
                 if self.index is not None:
                     self.index.ensure_space(space, len(values))
+
+    def _drop_spaces(self, names: Sequence[str]) -> None:
+        """Unregister spaces a put registered and then failed to commit (call with
+        the lock held, the lock it registered them under: no blob record can name
+        them, since records are written under it too, and this put's was not).
+        The table goes before the record: a crash between leaves a record whose
+        empty table is made again at start-up, never a table without a record.
+        A failure is logged, not raised (the put's own error is)."""
+        for name in names:
+            try:
+                if self.index is not None:
+                    self.index.drop_space(name)
+            except Exception:
+                log.exception("dropping the table of embedding space %r failed; it stays", name)
+                continue
+            self._spaces.pop(name, None)
+            try:
+                self.catalog.drop_space(name)
+            except Exception:  # its record stays: the next start makes its table again
+                log.exception("forgetting embedding space %r failed", name)
 
     def _with_text_embedding(
         self, spec: BlobSpec, sha: bytes, source: bytes | Path | None, head: bytes
