@@ -557,10 +557,12 @@ class KvService:
         serving tiers and, for a ``caller`` acting as a session, the positions
         of the chunks found here that another session owns (in order; the
         guard decides which of those exist for the caller: ``_hidden``), read
-        under one lock hold with one vectorised index probe."""
+        under one lock hold with one vectorised index probe. Renews the
+        caller's lease whatever is found (``_renew``)."""
         scope.checked()
         check_hashes(chunk_hashes, limit, what)
         validate_session(caller)
+        self._renew(scope.namespace, caller)
         keys = scope.encoded_keys(chunk_hashes)
         catalog = self.store.catalog
         chunks = keys.chunks()
@@ -632,7 +634,8 @@ class KvService:
         tier, chunks not held here (or served from it) are looked up there in
         batches: found ones count, with tier REMOTE. For a ``caller`` acting
         as a session the prefix ends at the first chunk that does not exist
-        for it (``_hidden``: a record read per chunk another session owns)."""
+        for it (``_hidden``: a record read per chunk another session owns);
+        each call made as a session renews its lease."""
         keys, rows, tiers, foreign = self._probe(
             scope, chunk_hashes, self.config.max_chain_chunks, "LookupPrefix", caller
         )
@@ -664,7 +667,8 @@ class KvService:
         With a remote tier sharing KV, chunks not held here are fetched from it now
         (adopted into a local tier: counted as promoted). For a ``caller``
         acting as a session, chunks that do not exist for it (``_hidden``)
-        count as missing and are neither touched nor moved."""
+        count as missing and are neither touched nor moved; each call made as
+        a session renews its lease."""
         keys, rows, tiers, foreign = self._probe(
             scope, chunk_hashes, self.config.max_batch_blocks, "Prefetch", caller
         )
