@@ -627,8 +627,14 @@ class KvClient:
                 scope=self._scope(scope), chunk_hashes=_hashes(chunk_hashes)
             )
         plane = self.dataplane
-        # a bulk session carries it without a gRPC call (~0.15 ms against ~0.6 ms here)
-        reply = plane.lookup_prefix(request, timeout_s) if plane is not None else None
+        reply = None
+        if plane is not None:
+            # a bulk session carries it without a gRPC call (~0.15 ms against ~0.6 ms
+            # here); negotiating the offer (a first call) counts against the timeout
+            deadline = plane.deadline_for(timeout_s)
+            reply = plane.lookup_prefix(request, plane.time_left(deadline))
+            if reply is None:
+                timeout_s = plane.time_left(deadline)
         if reply is None:
             reply = self.transport.call(
                 lambda t: self._stub.LookupPrefix(request, timeout=t, metadata=self._metadata),

@@ -260,11 +260,13 @@ class Client:
         request = object_pb2.StatRequest(
             key=_wire.object_key(namespace or self.namespace, kind, key)
         )
-        reply = self.dataplane.unary(OP_STAT, request, object_pb2.StatResponse(), timeout_s)
-        if reply is None:  # no bulk session to carry it: gRPC
+        deadline = self.dataplane.deadline_for(timeout_s)  # (a first call negotiates)
+        left = self.dataplane.time_left
+        reply = self.dataplane.unary(OP_STAT, request, object_pb2.StatResponse(), left(deadline))
+        if reply is None:  # no bulk session to carry it: gRPC, in the time left
             reply = self._call(
                 lambda t: self._objects.Stat(request, timeout=t, metadata=self._metadata),
-                timeout_s,
+                left(deadline),
             )
         return _wire.info(reply.meta)
 
@@ -274,11 +276,15 @@ class Client:
         request = object_pb2.DeleteRequest(
             key=_wire.object_key(namespace or self.namespace, kind, key)
         )
-        reply = self.dataplane.unary(OP_DELETE, request, object_pb2.DeleteResponse(), timeout_s)
+        deadline = self.dataplane.deadline_for(timeout_s)
+        left = self.dataplane.time_left
+        reply = self.dataplane.unary(
+            OP_DELETE, request, object_pb2.DeleteResponse(), left(deadline)
+        )
         if reply is None:
             reply = self._call(
                 lambda t: self._objects.Delete(request, timeout=t, metadata=self._metadata),
-                timeout_s,
+                left(deadline),
             )
         return bool(reply.deleted)
 
@@ -303,9 +309,14 @@ class Client:
                 page_size=page_size,
                 page_token=token,
             )
-            reply = self.dataplane.unary(OP_LIST, request, object_pb2.ListResponse(), timeout_s)
+            # each page is a call of its own (the iterator is driven by its user)
+            deadline = self.dataplane.deadline_for(timeout_s)
+            left = self.dataplane.time_left
+            reply = self.dataplane.unary(
+                OP_LIST, request, object_pb2.ListResponse(), left(deadline)
+            )
             if reply is None:
-                reply = self._call(self._list_page(request), timeout_s)
+                reply = self._call(self._list_page(request), left(deadline))
             for meta in reply.objects:
                 yield _wire.info(meta)
             token = reply.next_page_token

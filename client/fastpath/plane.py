@@ -57,6 +57,7 @@ from tiermem.client import _wire
 from tiermem.client._transport import Transport
 from tiermem.client.errors import (
     CapacityError,
+    DeadlineError,
     FailedPreconditionError,
     InvalidArgumentError,
     TiermemClientError,
@@ -114,6 +115,9 @@ BULK_COOLDOWN_S = 30.0
 #: call meeting a momentarily slow daemon says nothing about the channel, a
 #: listener that never answers times out every call.
 OPENING_TIMEOUTS_BEFORE_COOLDOWN = 3
+#: The most a test connection to the daemon's bulk Unix socket waits (a socket
+#: on this host connects at once or not at all; a full accept queue is retried).
+UNIX_PROBE_S = 1.0
 #: How long ``close`` waits for the Release calls still queued to be sent.
 RELEASE_CLOSE_WAIT_S = 5.0
 #: The thread sending Release calls stops after this long without one.
@@ -319,11 +323,30 @@ class DataPlane:
 
     # -- what the daemon offers ---------------------------------------------------------
     def _call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
-        return self._transport.call(fn, timeout_s)
+        """``fn(timeout)`` through the transport (UNAVAILABLE retried): each
+        attempt gets what is left of ``timeout_s``, so retries never outlast it."""
+        deadline = self.deadline_for(timeout_s)
+        return self._transport.call(lambda _t: fn(self.time_left(deadline)), timeout_s)
 
     def _timeout(self, timeout_s: float | None) -> float:
         """A call's timeout: its own, else the client's (as gRPC calls get)."""
         return self._transport.timeout_s if timeout_s is None else timeout_s
+
+    def deadline_for(self, timeout_s: float | None) -> float:
+        """When a call starting now with ``timeout_s`` (None: the client's) must
+        be done (``time.monotonic``). A call's network steps (negotiating the
+        offer, opening a session, each request and retry, a fallback to gRPC)
+        each get what is left of it (``time_left``), not the whole timeout."""
+        return time.monotonic() + self._timeout(timeout_s)
+
+    @staticmethod
+    def time_left(deadline: float) -> float:
+        """What is left of a call's time (``deadline_for``); DeadlineError when
+        nothing is, before the next step sends anything."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise error_for("DEADLINE_EXCEEDED", "the call's timeout ran out before its next step")
+        return left
 
     def offer(self, timeout_s: float | None = None) -> _Offer:
         with self._lock:
@@ -338,8 +361,13 @@ class DataPlane:
             return self._offer
 
     def _negotiate(self, timeout_s: float | None) -> _Offer:
+        """Ask the daemon what it offers, within ``timeout_s`` (the calling
+        call's: what it takes counts against that call). A Hello cut short by
+        it raises DeadlineError and nothing is remembered: the next call asks
+        again, rather than every later call of the client going by gRPC."""
         if self._allowed == ["grpc"]:
             return _Offer(None)
+        deadline = self.deadline_for(timeout_s)
         try:
             hello = self._call(
                 lambda t: self._dp.Hello(
@@ -347,7 +375,7 @@ class DataPlane:
                 ),
                 timeout_s,
             )
-        except UnavailableError:
+        except (UnavailableError, DeadlineError):
             raise
         except TiermemClientError:
             return _Offer(None)  # e.g. UNIMPLEMENTED: a daemon without the data plane
@@ -359,26 +387,34 @@ class DataPlane:
             except ArenaMismatch:
                 pass
         if "bulk" in self._allowed and hello.bulk_address and hello.bulk_protocol == VERSION:
-            offer.bulk_address = self._local_bulk_address(hello) or self._reachable(
+            offer.bulk_address = self._local_bulk_address(hello, deadline) or self._reachable(
                 hello.bulk_address
             )
             offer.paths.append("bulk")
         offer.paths.append("grpc")
         return offer
 
-    def _local_bulk_address(self, hello: dataplane_pb2.HelloResponse) -> str:
+    def _local_bulk_address(
+        self, hello: dataplane_pb2.HelloResponse, deadline: float | None = None
+    ) -> str:
         """The daemon's Unix-socket bulk address if this client should use it: on
         the daemon's host (same boot id, and the socket accepts a connection: a
         container in another network namespace cannot reach it), and known to the
         daemon as the same caller on either channel (a token, or a gRPC target on
-        this host: the daemon names all of them one host). "" = use TCP."""
+        this host: the daemon names all of them one host). "" = use TCP. The
+        test connection waits at most UNIX_PROBE_S and what is left of the call
+        (``deadline``, None: no call); one the call's deadline cut short says
+        nothing about the socket: DeadlineError, nothing remembered."""
         if not (self._bulk_unix and hello.bulk_unix_address and hello.host_id == host_id()):
             return ""
         if not self._bulk.credential and not _is_local_target(self._transport.address):
             return ""
+        probe_s = UNIX_PROBE_S if deadline is None else min(UNIX_PROBE_S, self.time_left(deadline))
         try:
-            unix_connect(hello.bulk_unix_address, 1.0).close()
+            unix_connect(hello.bulk_unix_address, probe_s).close()
         except OSError:
+            if deadline is not None:
+                self.time_left(deadline)  # (cut short by the call: DeadlineError)
             return ""
         return hello.bulk_unix_address
 
@@ -481,6 +517,7 @@ class DataPlane:
         Each group travelling together is committed as one unit (all or none).
         ``path`` forces a path (it must be available). Returns their metadata in
         order."""
+        deadline = self.deadline_for(timeout_s)  # every batch's, the offer's too
         views = [_wire.as_view(item.data) for item in items]
         out: list[ObjectInfo | None] = [None] * len(items)
         large = [i for i, v in enumerate(views) if len(v) >= self.threshold_bytes]
@@ -491,8 +528,9 @@ class DataPlane:
             for start, infos in self._batched(
                 small,
                 lambda idx: self._put_small(
-                    [items[i] for i in idx], [views[i] for i in idx], timeout_s
+                    [items[i] for i in idx], [views[i] for i in idx], self.time_left(deadline)
                 ),
+                deadline,
             ):
                 for j, info in enumerate(infos):
                     out[small[start + j]] = info
@@ -500,17 +538,23 @@ class DataPlane:
             for start, infos in self._batched(
                 large,
                 lambda idx: self._put_fast(
-                    [items[i] for i in idx], [views[i] for i in idx], path, timeout_s
+                    [items[i] for i in idx],
+                    [views[i] for i in idx],
+                    path,
+                    self.time_left(deadline),
                 ),
+                deadline,
             ):
                 for j, info in enumerate(infos):
                     out[large[start + j]] = info
         return [info for info in out if info is not None]
 
     def _batched(
-        self, indices: list[int], run: Callable[[list[int]], list[T]]
+        self, indices: list[int], run: Callable[[list[int]], list[T]], deadline: float
     ) -> Iterator[tuple[int, list[T]]]:
-        offer = self.offer()
+        """``run`` over batches the daemon takes; ``deadline``: the call's, which
+        negotiating the offer (a client's first call) counts against."""
+        offer = self.offer(self.time_left(deadline))
         limit = offer.hello.max_batch_objects if offer.hello is not None else 0
         limit = limit or len(indices)
         for start in range(0, len(indices), limit):
@@ -521,10 +565,12 @@ class DataPlane:
         path: str | None,
         size_ok: Callable[[str, _Offer], bool],
         mean_bytes: float | None = None,
+        timeout_s: float | None = None,
     ) -> tuple[_Offer, list[str]]:
         """The paths to try in order; ``mean_bytes``: the batch's mean value size,
-        when known (smaller than ``shm_min_bytes``: bulk before shm)."""
-        offer = self.offer()
+        when known (smaller than ``shm_min_bytes``: bulk before shm); ``timeout_s``:
+        what is left of the call, should the offer be negotiated again."""
+        offer = self.offer(timeout_s)
         if path is not None:
             if path not in offer.paths:
                 raise FailedPreconditionError(
@@ -553,7 +599,7 @@ class DataPlane:
             return all(low <= len(v) <= offer.arena.size_bytes for v in views)
 
         offer, candidates = self._candidates(
-            path, fits, sum(len(v) for v in views) / max(1, len(views))
+            path, fits, sum(len(v) for v in views) / max(1, len(views)), timeout_s
         )
         return self._first_that_serves(
             path,
@@ -798,7 +844,8 @@ class DataPlane:
         carry it. The daemon's refusals are raised as over gRPC."""
         if op in self._session_ops_refused:
             return None
-        address = self._session_address(timeout_s)
+        deadline = self.deadline_for(timeout_s)  # negotiating the offer counts against it
+        address = self._session_address(self.time_left(deadline))
         if address is None:
             return None
         try:
@@ -808,8 +855,8 @@ class DataPlane:
                     s.send_only(op, request)
                     return True
 
-                return self._via_session(address, send, self._timeout(timeout_s))
-            timeout = self._timeout(timeout_s)
+                return self._via_session(address, send, self.time_left(deadline))
+            timeout = self.time_left(deadline)
             return self._via_session(
                 address, lambda s: s.unary(op, request, reply, timeout), timeout
             )
@@ -986,6 +1033,7 @@ class DataPlane:
         it first). Raises NotFoundError naming the first missing object."""
         if out is not None and len(out) != len(refs):
             raise ValueError(f"{len(refs)} objects but {len(out)} output buffers")
+        deadline = self.deadline_for(timeout_s)  # every batch's, the offer's too
         outs = [_wire.as_view(o) for o in out] if out is not None else None
         allocated: dict[int, memoryview | None] = {}
 
@@ -1009,11 +1057,12 @@ class DataPlane:
                 [refs[i] for i in idx],
                 target_in(idx),
                 path,
-                timeout_s,
+                self.time_left(deadline),
                 fresh,
                 # the out buffers bound the values' sizes; without them, unknown
                 None if outs is None else sum(len(outs[i]) for i in idx) / max(1, len(idx)),
             ),
+            deadline,
         ):
             results.extend(fetched)
         return results
@@ -1027,7 +1076,7 @@ class DataPlane:
         fresh: Fresh,
         mean_bytes: float | None = None,
     ) -> list[Fetched]:
-        offer, candidates = self._candidates(path, lambda p, o: True, mean_bytes)
+        offer, candidates = self._candidates(path, lambda p, o: True, mean_bytes, timeout_s)
         return self._first_that_serves(
             path,
             candidates,
