@@ -12,6 +12,10 @@ leaves its sessions CLOSING in memory too; a later close of them resumes
 the cleanup (the hooks free what is left; see ``SessionCleanup``), and so does
 the reaper. A resumed close hands the parent the result record and ledger
 entry the failed one already made (kept on the child in memory), not new ones.
+After a crash that memory is gone: ``finish_interrupted`` looks in the
+parent's scratchpad for a result record tagged with the child's id and
+written since the child was created (an earlier session with the same id had
+closed before this one was opened), and reuses it rather than adding another.
 Each close claims the sessions it cleans up for its duration: a close that
 would take in a session another close is cleaning up waits for that one to
 end (at most ``_CLOSE_WAIT_S``), so no cleanup runs twice at once.
@@ -29,7 +33,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tiermem.server.catalog.catalog import Entry
 from tiermem.server.config import SessionsConfig
@@ -61,6 +65,10 @@ from tiermem.server.sessions.model import (
 from tiermem.v1 import agent_records_pb2 as agent_pb2
 from tiermem.v1 import sessions_pb2
 
+if TYPE_CHECKING:
+    from tiermem.server.scratch.records import Record
+    from tiermem.server.scratch.service import ReplayFilter
+
 log = logging.getLogger(__name__)
 
 _SEQ = struct.Struct(">Q")
@@ -78,6 +86,10 @@ class ResultSink(Protocol):
         ...
 
     def request_flush(self, reason: str) -> None: ...
+
+    def replay(self, session: str, flt: ReplayFilter, caller: str = "") -> list[Record]:
+        """Records of ``session`` matching ``flt`` (buffered ones included)."""
+        ...
 
 
 def _now_ms() -> int:
@@ -564,11 +576,36 @@ class SessionService:
                     member.state = SessionState.CLOSING
                     member.close_reason = member.close_reason or CloseReason.PARENT_CLOSED
                 self._claimed.update(member.id for member in subtree)
-            self._finish_claimed(s, subtree, b"", 0)
+            added = self._result_already_added(s)
+            if added is not None:  # the crash came after the result record
+                s.result_record_id = added.id
+            self._finish_claimed(s, subtree, added.payload if added is not None else b"", 0)
             closed += len(subtree)
         if closed:
             log.info("finished closing %d sessions interrupted by a crash", closed)
         return closed
+
+    def _result_already_added(self, top: Session) -> Record | None:
+        """The result record an interrupted close of ``top`` added to its parent's
+        scratchpad before the crash, if any (call after the scratchpad recovered).
+
+        Its tags name the child; records of an earlier session with the same id
+        are older than ``top`` (it was closed before ``top`` was opened), so
+        only records written since ``top.created_ms`` count."""
+        parent = self._sessions.get(top.parent) if top.parent else None
+        if parent is None or parent.state != SessionState.OPEN or self.result_sink is None:
+            return None
+        # imported here: the scratchpad service imports this module
+        from tiermem.server.scratch.records import RecordKind
+        from tiermem.server.scratch.service import ReplayFilter
+
+        flt = ReplayFilter(
+            since_ms=top.created_ms,
+            kinds=frozenset({int(RecordKind.RESULT)}),
+            tags=frozenset({f"child:{top.id}"}),
+        )
+        found = self.result_sink.replay(parent.id, flt)
+        return found[-1] if found else None
 
     def open_count(self) -> int:
         return len(self._sessions)
