@@ -3,13 +3,15 @@
 The engine (``tiers/remote``) moves bytes; this service decides what moves:
 
 * **publish** (``tiers.remote.share``) — every committed put of a shared kind
-  (``tiers.remote.kinds``, KV blocks by default) is queued and copied to the
-  remote store by one background thread, in batches (write-behind: puts never
-  wait for the remote store). A published object carries ``FLAG_REMOTE``, so
-  demoting it later copies nothing. The queue is bounded
-  (``publish_queue_bytes``); a put that finds it full is deferred (its key
-  remembered, up to ``MAX_DEFERRED_PUBLISHES``) and queued as soon as the
-  writer has made room, so a burst of puts is published late, not lost. Beyond
+  (``tiers.remote.kinds``, KV blocks by default) that no session owns (the
+  store keeps no owner: other daemons would adopt a session's object as
+  unowned) is queued and copied to the remote store by one background
+  thread, in batches (write-behind: puts never wait for the remote store). A
+  published object carries ``FLAG_REMOTE``, so demoting it later copies
+  nothing. The queue is bounded (``publish_queue_bytes``); a put that finds
+  it full is deferred (its key remembered, up to ``MAX_DEFERRED_PUBLISHES``)
+  and queued as soon as the writer has made room, so a burst of puts is
+  published late, not lost. Beyond
   that bound, and after ``PUBLISH_ATTEMPTS`` failed uploads, publishes are
   skipped and counted, and the key's remote copy is deleted (queued after any
   publish on its way): an older version left there would be adopted by other
@@ -225,7 +227,12 @@ class RemoteService:
 
     # -- queueing (hooks; called by puts and removals) ----------------------------------
     def _committed(self, meta: ObjectMeta) -> None:
-        if meta.key.kind not in self.kinds:
+        if meta.key.kind not in self.kinds or meta.session:
+            # a session's object is private to it: the store keeps no owner, and
+            # another daemon would adopt it as unowned (readable by anyone in the
+            # namespace). An older, unowned version there is deleted by
+            # ``_replaced``, or by the queued publish, which finds this version
+            # owned when its turn comes (``_publish``).
             return
         size = meta.size_bytes
         key = meta.key.encode()
@@ -284,8 +291,18 @@ class RemoteService:
         published = self.config.share
         with self._cond:
             self._queue_deletes(
-                [k for k in keys if not (published and ObjectKey.decode(k).kind in self.kinds)]
+                [
+                    k
+                    for k in keys
+                    if not (published and ObjectKey.decode(k).kind in self.kinds) or self._owned(k)
+                ]
             )
+
+    def _owned(self, key: bytes) -> bool:
+        """Whether ``key``'s current version belongs to a session, so it is never
+        published (call with the store lock)."""
+        entry = self.catalog.find(key)
+        return entry is not None and int(self.catalog.index.cols["sess"][entry.row]) != 0
 
     def _not_published(self, keys: Sequence[bytes]) -> None:
         """Publishes of ``keys`` were given up (the upload failed) or found their
@@ -469,6 +486,13 @@ class RemoteService:
                         stale.append(key)
                     continue
                 meta = catalog.meta(key, entry)
+                if meta.session:
+                    # a session put this version after the publish was queued: it
+                    # stays private (see ``_committed``); the store may hold the
+                    # unowned version it replaced
+                    skipped += 1
+                    stale.append(key)
+                    continue
                 value = store.lease_memory(entry) if entry.tier in store.memory else None
             try:
                 if value is None:
