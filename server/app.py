@@ -379,7 +379,7 @@ class Daemon:
         )
         kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self.kv, cfg.chunk_bytes), server)
         placement_pb2_grpc.add_PlacementServiceServicer_to_server(
-            PlacementServicer(self.placement), server
+            PlacementServicer(self.placement, self.objects), server
         )
         if self.config.vectors.enabled:
             vectors_pb2_grpc.add_VectorServiceServicer_to_server(

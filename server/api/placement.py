@@ -4,22 +4,27 @@ from __future__ import annotations
 
 import grpc
 
+from tiermem.server.api.convert import acting_session
 from tiermem.server.errors import InvalidArgument
 from tiermem.server.model import Tier
 from tiermem.server.protoconv import key_from_proto
+from tiermem.server.services.objects import ObjectService
 from tiermem.server.services.placement import PlacementService
 from tiermem.v1 import placement_pb2, placement_pb2_grpc
 
 
 class PlacementServicer(placement_pb2_grpc.PlacementServiceServicer):
-    def __init__(self, placement: PlacementService) -> None:
+    def __init__(self, placement: PlacementService, objects: ObjectService) -> None:
         self._placement = placement
+        self._objects = objects
 
     def Prefetch(
         self, request: placement_pb2.PrefetchRequest, context: grpc.ServicerContext
     ) -> placement_pb2.PrefetchResponse:
         keys = [key_from_proto(k) for k in request.keys]
-        result = self._placement.prefetch(keys, int(request.deadline_unix_ms))
+        result = self._placement.prefetch(
+            keys, int(request.deadline_unix_ms), acting_session(context), self._objects.guard
+        )
         return placement_pb2.PrefetchResponse(
             queued=result.queued, resident=result.resident, missing=result.missing
         )

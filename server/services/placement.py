@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -59,11 +59,20 @@ from tiermem.server.catalog.index import (
     SEG_NONE,
 )
 from tiermem.server.config import PlacementConfig
-from tiermem.server.errors import CapacityExceeded, InvalidArgument, NotFound
+from tiermem.server.errors import (
+    CapacityExceeded,
+    InvalidArgument,
+    InvariantViolation,
+    NotFound,
+    PermissionDenied,
+)
 from tiermem.server.model import Durability, Kind, ObjectKey, Profile, Tier
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.store import Store
 from tiermem.server.tiers.base import Reservation
+
+if TYPE_CHECKING:  # (the object service imports this module)
+    from tiermem.server.services.objects import ObjectGuard
 
 log = logging.getLogger(__name__)
 
@@ -718,20 +727,40 @@ class PlacementService:
                 "(placement.max_keys_per_request)"
             )
 
-    def prefetch(self, keys: list[ObjectKey], deadline_unix_ms: int) -> PrefetchResult:
+    def prefetch(
+        self,
+        keys: list[ObjectKey],
+        deadline_unix_ms: int,
+        caller: str = "",
+        guard: ObjectGuard | None = None,
+    ) -> PrefetchResult:
         """Promote objects ahead of a read expected by the deadline (0 = now). Missing
-        keys are counted, not an error (schedulers prefetch speculatively)."""
+        keys are counted, not an error (schedulers prefetch speculatively).
+
+        A ``caller`` acting as a session prefetches only what an object read
+        made as it could read, by the object service's ``guard``: objects that
+        do not exist for it (a sibling's) count as missing and get no deadline.
+        The owner comes from the index's session column; only an object another
+        session owns has its record read, for the guard. Every key is checked,
+        under the same hold of the store lock, before any deadline is set."""
         self._check_count(keys)
+        if caller and guard is None:
+            raise InvariantViolation("a prefetch made as a session needs the object guard")
         now = time.time()
         when = deadline_unix_ms / 1000 if deadline_unix_ms else now
         queued = resident = missing = 0
         with self.store.lock:
+            found: list[tuple[bytes, int]] = []
             for key in keys:
                 encoded = key.encode()
                 row = self.catalog.index.find(encoded)
-                if row is None:
+                if row is None or (
+                    guard is not None and caller and not self._readable(encoded, row, caller, guard)
+                ):
                     missing += 1
                     continue
+                found.append((encoded, row))
+            for encoded, row in found:
                 self._set_deadline(row, when)
                 if row not in self.catalog.resident_keys:
                     self.catalog.remember(row, encoded)
@@ -743,6 +772,20 @@ class PlacementService:
                     queued += 1
         self.store.metrics.placement_prefetches.inc(len(keys))
         return PrefetchResult(queued, resident, missing)
+
+    def _readable(self, encoded: bytes, row: int, caller: str, guard: ObjectGuard) -> bool:
+        """Whether a read made as ``caller`` would find the object at ``row``
+        (``ObjectGuard.check_access``); the record is read only when another
+        session owns it. Call with the store lock held."""
+        owner = int(self.catalog.index.cols["sess"][row])
+        if owner == 0 or self.catalog.sessions.name(owner) == caller:
+            return True
+        try:
+            meta = self.catalog.meta(encoded, self.catalog.entry(row))
+            guard.check_access(meta, caller, write=False)
+        except (NotFound, PermissionDenied):
+            return False
+        return True
 
     def pin(self, keys: list[ObjectKey], tier: Tier | None) -> list[Tier]:
         """Pin objects (on ``tier`` if given: moved there first). All keys must
