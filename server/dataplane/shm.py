@@ -77,6 +77,7 @@ class RemoteStager(Protocol):
         reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
         trim: Callable[[Reservation, int], Reservation],
+        caller: str | None = None,
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]: ...
 
     def adopt_filled(self, meta: ObjectMeta, reservation: Reservation) -> None: ...
@@ -360,7 +361,7 @@ class SharedMemoryPlane:
         arena = self._require_arena()
         self._check_batch(len(keys), "Lease")
         inline_max = min(inline_max_bytes or self._config.inline_max_bytes, self._inline_cap())
-        staged = self._fill(arena, keys, inline_max)
+        staged = self._fill(arena, keys, inline_max, caller)
         opened: list[tuple[pb.ObjectMeta, Region | None, bytes | None]] = []
         readers: list[ObjectRead] = []
         try:
@@ -389,12 +390,14 @@ class SharedMemoryPlane:
         return grants
 
     def _fill(
-        self, arena: DramEngine, keys: Sequence[ObjectKey], inline_max: int
+        self, arena: DramEngine, keys: Sequence[ObjectKey], inline_max: int, caller: str
     ) -> dict[ObjectKey, tuple[pb.ObjectMeta, Region | None, bytes | None]]:
         """Bring in the objects not held here from the remote tier before they are
         opened: straight into staging extents (returned, ready to lease: their
         end adopts them) when a remote stager is set and the keys are distinct,
-        else into the local tiers (``fill``)."""
+        else into the local tiers (``fill``). Objects a session owns that were
+        demoted to the remote tier are brought in only if ``caller`` may read
+        them: the read that follows refuses the others before fetching them."""
         # (a staged object has no owning session: values in the remote store carry
         # none, so any caller allowed to read the namespace may read it)
         remote = self.remote
@@ -417,7 +420,7 @@ class SharedMemoryPlane:
             return trimmed
 
         # every extent it reserved and does not return, it gives to _drop
-        staged = remote.stage(keys, reserve, self._drop, trim)
+        staged = remote.stage(keys, reserve, self._drop, trim, caller)
         if staged and after_reply.can_defer():
             return self._adopt_after_reply(remote, staged)
         return {

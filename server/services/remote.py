@@ -663,6 +663,7 @@ class RemoteService:
         reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
         trim: Callable[[Reservation, int], Reservation],
+        caller: str | None = None,
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
         """Serve the objects among ``keys`` that this daemon does not hold (no
         catalog entry; kinds it shares) straight from the remote store, in the
@@ -683,9 +684,10 @@ class RemoteService:
         limits).
 
         Objects this daemon demoted (served from the remote tier) are brought
-        in as ``fill`` does; values ``reserve`` declines (None: too small for
-        an extent, no room) are adopted as ``fill`` does; misses and an
-        unavailable store are left to the read that follows."""
+        in as ``fill`` does, those a session owns only for a ``caller`` who
+        may read them (see ``fill``); values ``reserve`` declines (None: too
+        small for an extent, no room) are adopted as ``fill`` does; misses and
+        an unavailable store are left to the read that follows."""
         shared = [k for k in keys if k.kind in self.kinds]
         if not shared:
             return {}
@@ -694,7 +696,7 @@ class RemoteService:
         with contextlib.ExitStack() as admitted:
             for namespace in {k.namespace for k in shared}:
                 admitted.enter_context(self.store.guard.admit(namespace, Role.READ))
-            return self._stage(shared, reserve, drop, trim)
+            return self._stage(shared, reserve, drop, trim, caller)
 
     def _stage(
         self,
@@ -702,13 +704,16 @@ class RemoteService:
         reserve: Callable[[ObjectKey, int], Reservation | None],
         drop: Callable[[Reservation], None],
         trim: Callable[[Reservation, int], Reservation],
+        caller: str | None,
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
         with self.store.lock:
             entries = [self.catalog.find(k.encode()) for k in shared]
             known = {k.namespace for k in shared if k.namespace in self.catalog.namespaces}
-        demoted = [
-            k.encode() for k, e in zip(shared, entries, strict=True) if e and e.tier == Tier.REMOTE
-        ]
+            demoted = [
+                k.encode()
+                for k, e in zip(shared, entries, strict=True)
+                if e and e.tier == Tier.REMOTE and self._may_read(k.encode(), e, caller)
+            ]
         missing = [
             k
             for k, e in zip(shared, entries, strict=True)
@@ -860,19 +865,49 @@ class RemoteService:
             return
         self._adopted_many(metas)
 
-    def fill(self, keys: Sequence[ObjectKey]) -> None:
+    def fill(self, keys: Sequence[ObjectKey], caller: str | None = None) -> None:
         """Bring the objects among ``keys`` that this daemon does not hold, of the
         kinds it shares, from the remote store into its local tiers before they
         are read locally (the data plane calls this, so a shared-memory or bulk
         read of a block another daemon wrote is one request). Checks first that
         the caller may read each namespace (PermissionDenied, as the read would).
-        Misses and an unavailable store are left to the read that follows."""
+        Misses and an unavailable store are left to the read that follows.
+
+        An object a session owns that was demoted to the remote tier is brought
+        in only for a ``caller`` who may read it (the session the client acts
+        as; "" a trusted tool; None: not known, as on the bulk path). The
+        others are left to the read that follows, which checks the caller
+        before it fetches anything: a sibling's read must not move the object
+        (fetch, promote) before it is refused."""
         shared = [k for k in keys if k.kind in self.kinds]
         if not shared:
             return
         for namespace in {k.namespace for k in shared}:
             self.store.guard.authorize(namespace, Role.READ)
-        self._bring_in([k.encode() for k in shared], touch=False)
+        encoded = [k.encode() for k in shared]
+        with self.store.lock:
+            entries = [self.catalog.find(k) for k in encoded]
+            wanted = [
+                k
+                for k, e in zip(encoded, entries, strict=True)
+                if e is None or self._may_read(k, e, caller)
+            ]
+        self._bring_in(wanted, touch=False)
+
+    def _may_read(self, key: bytes, entry: Entry, caller: str | None) -> bool:
+        """Whether ``caller`` (see ``fill``) may read the object ``entry``
+        describes, so it may be fetched for that read now; False leaves the
+        object to the read itself, which refuses it or fetches it after its
+        own check (call with the store lock)."""
+        if int(self.catalog.index.cols["sess"][entry.row]) == 0 or caller == "":
+            return True
+        if caller is None:
+            return False
+        try:
+            self.objects.guard.check_access(self.catalog.meta(key, entry), caller, write=False)
+        except TiermemError:
+            return False
+        return True
 
     def fetch(self, keys: Sequence[bytes]) -> int:
         """Bring objects this daemon does not hold from the remote store into its
