@@ -400,6 +400,15 @@ class BulkChannelConfig(_Section):
     """Bulk connections served at once; more are refused."""
     io_timeout_s: float = Field(default=30.0, gt=0)
     """A connection that sends or accepts nothing for this long is cut (the transfer fails)."""
+    min_send_bytes_per_s: ByteSize = ByteSize(1 * MiB)
+    """Slowest a client may read a reply (bytes per second; 0 = no limit). A whole
+    reply (a get's values, a blob's stream out) must leave within
+    ``max(io_timeout_s, its bytes / this)``, counted from its second send (the
+    first is bounded by ``io_timeout_s``, as each send is); a client that keeps
+    reading a trickle is cut off then, freeing its connection
+    (``max_connections``) and what the reply holds. Checked between sends, so
+    the cut can come up to ``io_timeout_s`` later. Not applied to values sent
+    by sendfile (``sendfile``)."""
     idle_timeout_s: float = Field(default=120.0, gt=0)
     """A connection with no transfer for this long is closed (clients reconnect)."""
     sessions: bool = True

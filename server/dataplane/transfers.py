@@ -45,6 +45,7 @@ from tiermem.server.errors import (
     CapacityExceeded,
     FailedPrecondition,
     InvalidArgument,
+    InvariantViolation,
     NotFound,
     PermissionDenied,
     TiermemError,
@@ -73,6 +74,73 @@ class Channel(Protocol):
 
 class TransferBroken(InvalidArgument):
     """The connection ended or failed before every announced byte arrived."""
+
+
+class SendDeadline:
+    """Bounds a whole reply's send, which the socket's send timeout
+    (``dataplane.bulk.io_timeout_s``) does not: that cuts one send that moves
+    nothing for that long, and a client reading a trickle keeps every send
+    moving. Used as the ``before_send`` of ``send_parts``: the second call
+    starts the clock, and any later one raises TimeoutError (an OSError: the
+    connection is then closed and the reply's ticket ends) once
+    ``max(io_timeout_s, nbytes / min_bytes_per_s)`` has passed since then.
+
+    Cost: the first call reads no clock (a reply that leaves in one
+    ``sendmsg`` pays one Python call), each later one reads it once. The clock
+    starts at the second send because the first is bounded by the socket's
+    timeout already; the cut can come up to one more ``io_timeout_s`` after the
+    deadline (a send in progress is not interrupted). Whole reply: at most
+    ``deadline + 2 * io_timeout_s``."""
+
+    __slots__ = ("_budget_s", "_clock", "_deadline_s", "_nbytes")
+
+    _FIRST = -2.0  # no send yet
+    _SECOND = -1.0  # one send began; the clock starts at the next
+
+    def __init__(
+        self,
+        nbytes: int,
+        io_timeout_s: float,
+        min_bytes_per_s: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._nbytes = nbytes
+        if min_bytes_per_s <= 0:
+            raise InvariantViolation("a send deadline needs a positive minimum rate")
+        self._budget_s = max(io_timeout_s, nbytes / min_bytes_per_s)
+        self._clock = clock
+        self._deadline_s = self._FIRST
+
+    def __call__(self) -> None:
+        deadline = self._deadline_s
+        if deadline >= 0.0:
+            if self._clock() > deadline:
+                raise TimeoutError(
+                    f"bulk client read a {self._nbytes}-byte reply too slowly: it did not "
+                    f"leave within {self._budget_s:.1f} s (dataplane.bulk.min_send_bytes_per_s)"
+                )
+        elif deadline == self._SECOND:
+            self._deadline_s = self._clock() + self._budget_s
+        else:
+            self._deadline_s = self._SECOND
+
+
+class _DeadlineChannel:
+    """A stream out's channel: every ``sendall`` goes through ``send_parts`` under
+    the stream's one SendDeadline (a socket's own ``sendall`` loops in C, with
+    no point between its sends to check a deadline)."""
+
+    __slots__ = ("_conn", "_deadline")
+
+    def __init__(self, conn: Channel, deadline: SendDeadline) -> None:
+        self._conn = conn
+        self._deadline = deadline
+
+    def recv_into(self, buffer: memoryview, nbytes: int = 0, /) -> int:
+        return self._conn.recv_into(buffer, nbytes)
+
+    def sendall(self, data: memoryview, /) -> None:
+        send_parts(self._conn, (data,), self._deadline)
 
 
 @dataclass(slots=True)
@@ -392,12 +460,12 @@ class BulkTransfers:
             raise FailedPrecondition("this ticket is for a put, not a get")
         try:
             views = [item.reader.view for item in ticket.gets if item.reader is not None]
+            sent = sum(view.nbytes for view in views)
             arena = self.arena
             if arena is not None and isinstance(channel, socket.socket):
                 send_values(channel, header, views, arena.file_fd, arena.file_span)
             else:
-                send_parts(channel, [header, *views])
-            sent = sum(view.nbytes for view in views)
+                send_parts(channel, [header, *views], self._send_deadline(len(header) + sent))
         finally:
             ticket.end()
         self._metrics.child(self._metrics.data_bytes, "bulk", "out").inc(sent)
@@ -446,12 +514,21 @@ class BulkTransfers:
         """Carry out a stream ticket's transfer; its ``end`` runs when this returns."""
         if ticket.stream is None:
             raise FailedPrecondition("this ticket is not for a stream")
+        deadline = self._send_deadline(ticket.streamed_bytes)
+        if ticket.op == "stream_out" and deadline is not None:
+            channel = _DeadlineChannel(channel, deadline)
         try:
             ticket.stream(channel)
         finally:
             ticket.end()
         direction = "in" if ticket.op == "stream_in" else "out"
         self._metrics.data_bytes.labels("bulk", direction).inc(ticket.streamed_bytes)
+
+    def _send_deadline(self, nbytes: int) -> SendDeadline | None:
+        """The whole-reply bound of a send of ``nbytes`` (None: no minimum rate)."""
+        bulk = self._config.bulk
+        rate = int(bulk.min_send_bytes_per_s)
+        return SendDeadline(nbytes, bulk.io_timeout_s, rate) if rate > 0 else None
 
     # -- upkeep -----------------------------------------------------------------------
     def claim(self, ticket_id: bytes, owner: str) -> Ticket:
