@@ -615,10 +615,12 @@ class BlobClient:
         base = self._transport.timeout_s if timeout_s is None else timeout_s
         return max(base, nbytes / MIN_STREAM_BYTES_PER_S + base)
 
-    def _fast_paths(self, path: str | None) -> list[str]:
+    def _fast_paths(self, path: str | None, timeout_s: float | None) -> list[str]:
+        """The fast paths to try (``path`` forces one); ``timeout_s``: what is
+        left of the call, should the offer be negotiated (a client's first call)."""
         if path == "grpc":
             return []
-        offered = self._dp.paths()
+        offered = self._dp.paths(timeout_s)
         if path is not None:
             if path not in offered:
                 raise FailedPreconditionError(
@@ -651,6 +653,9 @@ class BlobClient:
         ``sha256``: the bytes' hash if already known — content the namespace
         stores already is then referenced without sending the bytes. ``path``
         forces a data path ("shm", "bulk" or "grpc")."""
+        # what comes before the bytes (BeginUpload, negotiating the offer) shares
+        # the call's timeout; the bytes then get time by their size
+        deadline = self._dp.deadline_for(timeout_s)
         src = _Source(source)
         try:
             header = blobs_pb2.BeginUploadRequest(
@@ -695,7 +700,7 @@ class BlobClient:
                 on_upload_id(reply.upload_id)
             return self._send_all(
                 reply.upload_id, src, int(reply.acknowledged_offset), path, progress, retries,
-                timeout_s,
+                timeout_s, deadline,
             )  # fmt: skip
         finally:
             src.close()
@@ -719,6 +724,7 @@ class BlobClient:
     ) -> BlobInfo:
         """Continue an upload (begun by ``put``, perhaps in another process) from
         the daemon's acknowledged offset; ``source`` must hold the same bytes."""
+        deadline = self._dp.deadline_for(timeout_s)  # (see put)
         src = _Source(source)
         try:
             status = self.status(upload_id, timeout_s=timeout_s)
@@ -729,8 +735,9 @@ class BlobClient:
                     f"the source has {src.size}",
                 )
             return self._send_all(
-                upload_id, src, status.acknowledged_offset, path, progress, retries, timeout_s
-            )
+                upload_id, src, status.acknowledged_offset, path, progress, retries, timeout_s,
+                deadline,
+            )  # fmt: skip
         finally:
             src.close()
 
@@ -772,8 +779,14 @@ class BlobClient:
         progress: Progress | None,
         retries: int,
         timeout_s: float | None,
+        deadline: float,
     ) -> BlobInfo:
-        """Send [offset, size), resuming after failures, then finish."""
+        """Send [offset, size), resuming after failures, then finish. The offer
+        is negotiated first (a client's first call), within what is left of the
+        call's ``deadline``: a Hello cut short raises DeadlineError, never
+        retried as a broken stream is."""
+        if path != "grpc" and not self._dp.negotiated:
+            self._dp.offer(self._dp.time_left(deadline))
         attempt = 0
         while True:
             hasher = hashlib.sha256()
@@ -802,7 +815,7 @@ class BlobClient:
         timeout_s: float | None,
     ) -> BlobInfo:
         size = src.size
-        fast = self._fast_paths(path)
+        fast = self._fast_paths(path, timeout_s)  # (negotiated by _send_all)
         if "shm" in fast and offset < size:
             try:
                 self._send_shm(upload_id, src, offset, hasher, progress, timeout_s)
@@ -867,7 +880,7 @@ class BlobClient:
         once the daemon says it has written it. Raises _Fallback (having sent and
         hashed nothing) when the daemon cannot give a ring; later failures raise and
         ``_send_all`` resumes from the acknowledged offset."""
-        arena = self._dp.offer().arena
+        arena = self._dp.offer(timeout_s).arena
         if arena is None:
             raise _Fallback()
         size = src.size
@@ -1017,7 +1030,10 @@ class BlobClient:
         lease_ttl_ms: int,
         timeout_s: float | None,
     ) -> BlobInfo:
-        fast = self._fast_paths(path)
+        # negotiating the offer (a client's first call) and opening the download
+        # share the call's timeout; the bytes then get time by their size
+        deadline = self._dp.deadline_for(timeout_s)
+        fast = self._fast_paths(path, self._dp.time_left(deadline))
         if fast:
             # a client on this host may read the payload file itself (checking it)
             local = path is None and "shm" in fast and self._local_reads and verify != "none"
@@ -1027,7 +1043,7 @@ class BlobClient:
             )  # fmt: skip
             reply = self._call(
                 lambda t: self._stub.OpenDownload(request, timeout=t, metadata=self._md()),
-                timeout_s,
+                self._dp.time_left(deadline),
             )
             delivery = _Delivery(
                 reply.header, verify, sink, progress, daemon_verified=reply.HasField("shm")
@@ -1090,7 +1106,7 @@ class BlobClient:
         damaged block ends the stream with DATA_LOSS. Should the daemon send the
         bytes on the stream instead (no room in its arena), they are taken like
         the gRPC path's, unless ``forced`` (the caller asked for shm only)."""
-        arena = self._dp.offer().arena
+        arena = self._dp.offer(timeout_s).arena
         if arena is None:
             raise _Fallback()
 

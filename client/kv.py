@@ -235,15 +235,29 @@ class KvClient:
             salt=scope.salt,
         )
 
-    def _fast(self, codec: str, path: str | None) -> DataPlane | None:
+    def _fast(self, codec: str, path: str | None, deadline: float | None) -> DataPlane | None:
         """The data plane to move large blocks with, or None for the KvService
-        streams (``path`` "grpc", a lossy codec, or no faster path offered)."""
+        streams (``path`` "grpc", a lossy codec, or no faster path offered).
+        ``deadline``: the call's (``DataPlane.deadline_for``), which negotiating
+        the offer (a client's first call) counts against."""
         plane = self.dataplane
-        if plane is None or codec or path == "grpc":
+        if plane is None or deadline is None or codec or path == "grpc":
             return None
         if path is not None:
             return plane
-        return plane if plane.paths()[0] != "grpc" else None
+        return plane if plane.paths(plane.time_left(deadline))[0] != "grpc" else None
+
+    def _deadline(self, timeout_s: float | None) -> float | None:
+        """A call's deadline (None without a data plane: then its one KvService
+        call per batch gets ``timeout_s``)."""
+        plane = self.dataplane
+        return None if plane is None else plane.deadline_for(timeout_s)
+
+    @staticmethod
+    def _left(deadline: float | None, timeout_s: float | None) -> float | None:
+        """What the call's next step gets: what is left of it (DeadlineError
+        when nothing is), or ``timeout_s`` when the call keeps no deadline."""
+        return timeout_s if deadline is None else DataPlane.time_left(deadline)
 
     def _block_keys(self, scope: KvScope, hashes: Sequence[bytes]) -> list[str]:
         problem = kv_keys.scope_problem(scope.model, scope.world_size, scope.worker_id, scope.dtype)
@@ -271,9 +285,12 @@ class KvClient:
         precision LOSSY_OK; the result says per block what was applied.
         ``path``: None picks the fastest; "grpc", "bulk" or "shm" forces one."""
         payloads = [_payload(block) for block in blocks]
-        plane = self._fast(codec, path)
+        deadline = self._deadline(timeout_s)  # the offer's, each step's
+        plane = self._fast(codec, path, deadline)
         if plane is None:
-            return self._put_streamed(scope, blocks, payloads, profile, session, codec, timeout_s)
+            return self._put_streamed(
+                scope, blocks, payloads, profile, session, codec, self._left(deadline, timeout_s)
+            )
         # refused as PutBlocks refuses it, before the batch is split between
         # paths (a small and a large block of one hash went different ways and
         # the later one silently replaced the other)
@@ -305,17 +322,25 @@ class KvClient:
             )
             for i, key in zip(large, keys, strict=True)
         ]
-        infos = plane.put_many(items, path=path, timeout_s=timeout_s) if items else []
+        infos = (
+            plane.put_many(items, path=path, timeout_s=self._left(deadline, timeout_s))
+            if items
+            else []
+        )
         for i, h, info in zip(large, hashes, infos, strict=True):
             out[i] = StoredBlock(h, info.key, info.tier, info.size_bytes, "", 0.0)
-        rest = self._put_streamed(
-            scope,
-            [blocks[i] for i in small],
-            [payloads[i] for i in small],
-            profile,
-            session,
-            codec,
-            timeout_s,
+        rest = (
+            self._put_streamed(
+                scope,
+                [blocks[i] for i in small],
+                [payloads[i] for i in small],
+                profile,
+                session,
+                codec,
+                self._left(deadline, timeout_s),
+            )
+            if small
+            else []
         )
         for i, stored in zip(small, rest, strict=True):
             out[i] = stored
@@ -472,16 +497,19 @@ class KvClient:
         # bytearray from the bytes themselves (one pass; no zeroed buffer first)
         own = None if allocate is None else once
         hashes = _hashes(chunk_hashes)
-        plane = self._fast("", path)
+        deadline = self._deadline(timeout_s)  # the offer's, each batch's
+        plane = self._fast("", path, deadline)
         results: list[FetchedBlock] = []
         for start in range(0, len(hashes), MAX_BATCH_BLOCKS):
             part = hashes[start : start + MAX_BATCH_BLOCKS]
             got = None
             if plane is not None:
-                got = self._get_fast(plane, scope, part, own, start, path, timeout_s)
+                got = self._get_fast(
+                    plane, scope, part, own, start, path, self._left(deadline, timeout_s)
+                )
             if got is None:
                 request = kv_pb2.GetBlocksRequest(scope=self._scope(scope), chunk_hashes=part)
-                got = self._get_payloads(request, once, start, timeout_s)
+                got = self._get_payloads(request, once, start, self._left(deadline, timeout_s))
             results += got
         return results
 

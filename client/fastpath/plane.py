@@ -348,6 +348,11 @@ class DataPlane:
             raise error_for("DEADLINE_EXCEEDED", "the call's timeout ran out before its next step")
         return left
 
+    @property
+    def negotiated(self) -> bool:
+        """Whether the offer is known (``offer`` then asks the daemon nothing)."""
+        return self._offer is not None
+
     def offer(self, timeout_s: float | None = None) -> _Offer:
         with self._lock:
             if self._offer is not None:
@@ -437,9 +442,11 @@ class DataPlane:
         if offer.arena is not None:
             offer.arena.close()
 
-    def paths(self) -> list[str]:
-        """The paths this client would use for a large value, best first."""
-        offer = self.offer()
+    def paths(self, timeout_s: float | None = None) -> list[str]:
+        """The paths this client would use for a large value, best first.
+        ``timeout_s``: what is left of the calling call's time, should the offer
+        be negotiated (a client's first call; None: the client's timeout)."""
+        offer = self.offer(timeout_s)
         return [p for p in offer.paths if p != "bulk" or self._bulk_usable()]
 
     def _bulk_usable(self) -> bool:

@@ -4,9 +4,11 @@ bulk connections driven byte by byte."""
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import grpc
 
@@ -81,3 +83,24 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 20.0) 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.01)
+
+
+@contextmanager
+def stalled_hello(daemon: Daemon, stall_s: float) -> Iterator[threading.Event]:
+    """The daemon's Hello waits (up to ``stall_s``) until the event is set; a
+    client's first call negotiating the data plane meets a stalled daemon."""
+    plane = daemon.dataplane
+    assert plane is not None
+    go_on = threading.Event()
+    real = plane.hello
+
+    def hello() -> Any:
+        go_on.wait(stall_s)
+        return real()
+
+    plane.hello = hello  # type: ignore[method-assign]
+    try:
+        yield go_on
+    finally:
+        go_on.set()
+        plane.hello = real  # type: ignore[method-assign]

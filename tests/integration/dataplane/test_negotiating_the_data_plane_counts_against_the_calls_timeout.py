@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.dataplane.helpers import stalled_hello as stall_hello
 from tiermem.client import Client, DeadlineError, Kind, NotFoundError
 from tiermem.client.fastpath import session as session_module
 from tiermem.dataplane_wire import OP_STAT
@@ -31,19 +32,8 @@ VALUE = b"\x03" * (256 << 10)
 @pytest.fixture
 def stalled_hello(daemon: Daemon) -> Iterator[threading.Event]:
     """The daemon's Hello waits (up to STALL_S) until the event is set."""
-    plane = daemon.dataplane
-    assert plane is not None
-    go_on = threading.Event()
-    real = plane.hello
-
-    def hello() -> Any:
-        go_on.wait(STALL_S)
-        return real()
-
-    plane.hello = hello  # type: ignore[method-assign]
-    yield go_on
-    go_on.set()
-    plane.hello = real  # type: ignore[method-assign]
+    with stall_hello(daemon, STALL_S) as go_on:
+        yield go_on
 
 
 CALLS: dict[str, Callable[[Client], object]] = {
