@@ -6,7 +6,10 @@ owns each key's slot and sends one pipeline per node. Values are plain strings
 with one ``SET`` of header + payload. Reads (``get_many``) go over raw RESP
 connections of the backend's own, straight into reused buffers (``resp``:
 half the time and a third of the CPU of a redis-py pipeline), and fall back to
-redis-py when a node answers with an error (a MOVED after a resharding).
+redis-py when a node answers with an error (a MOVED after a resharding). A
+read that cannot reach a node refreshes redis-py's slot map, as redis-py's own
+commands do after a connection error, and is tried once more against the
+owners the map names then (a node stopped or failed over).
 Connection and cluster errors raise ``RemoteError``; redis-py's own retries are
 turned off so the engine's deadline and retry budget are the only ones.
 """
@@ -19,7 +22,13 @@ from typing import Any
 from tiermem.server.config import RedisClusterConfig
 from tiermem.server.errors import InvariantViolation
 from tiermem.server.tiers.remote.base import Landed, Lander, RemoteBackend, RemoteError
-from tiermem.server.tiers.remote.resp import BufferPool, RawGetter, Redirected, RespError
+from tiermem.server.tiers.remote.resp import (
+    BufferPool,
+    RawGetter,
+    Redirected,
+    RespError,
+    Unreachable,
+)
 
 
 def _node(address: str) -> tuple[str, int]:
@@ -123,11 +132,16 @@ class RedisClusterBackend(RemoteBackend):
         self, names: Sequence[str], lander: Lander | None
     ) -> list[tuple[memoryview, object] | Landed | None]:
         try:
-            nodes = []
-            for name in names:
-                node = self._client.get_node_from_key(name)
-                nodes.append((node.host, node.port))
-            got = self._raw.get(names, nodes, lander)
+            try:
+                got = self._raw.get(names, self._nodes_of(names), lander)
+            except Unreachable:
+                # A node is gone (stopped, failed over, its slots moved) and the
+                # slot map may still name it: refresh the map and read once more
+                # from the owners it names now. Without the lander: what the
+                # failed try placed there is the lander's to give back, and a
+                # value must not be placed twice.
+                self._client.nodes_manager.initialize()
+                got = self._raw.get(names, self._nodes_of(names), None)
         except Redirected:
             return list(self._get_many_client(names))
         except RespError as exc:
@@ -135,6 +149,14 @@ class RedisClusterBackend(RemoteBackend):
         except self._errors as exc:  # the slot map could not be refreshed
             raise RemoteError(f"Redis Cluster at {self.address}: {exc}") from exc
         return [g if not isinstance(g, tuple) else (memoryview(g[0])[: g[1]], g[0]) for g in got]
+
+    def _nodes_of(self, names: Sequence[str]) -> list[tuple[str, int]]:
+        """The node that holds each name's slot, by redis-py's slot map."""
+        nodes = []
+        for name in names:
+            node = self._client.get_node_from_key(name)
+            nodes.append((node.host, node.port))
+        return nodes
 
     def _get_many_client(self, names: Sequence[str]) -> list[tuple[memoryview, object] | None]:
         results = self._run([("get", (n,)) for n in names])

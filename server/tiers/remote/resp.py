@@ -17,7 +17,9 @@ string, or the null bulk string for a missing key). Anything else (``-MOVED``
 or ``-ASK`` after a resharding, ``-LOADING``, an error) raises ``Redirected``
 or ``RespError`` after closing the connection, and the caller falls back to
 redis-py, which follows redirections and refreshes its slot map. Which node
-holds a name comes from redis-py's slot map.
+holds a name comes from redis-py's slot map; a node that cannot be reached
+(refused, reset, timed out, closed) raises ``Unreachable``, after which the
+caller refreshes that map (the node may have failed over or lost its slots).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ class RespError(Exception):
 
 class Redirected(RespError):
     """A node answered with an error (e.g. MOVED): fall back to the cluster client."""
+
+
+class Unreachable(RespError):
+    """The connection to a node failed (refused, reset, timed out, closed by
+    the node): the slot map that named it may be out of date."""
 
 
 class BufferPool:
@@ -109,7 +116,7 @@ class _Conn:
             self._start, self._end = 0, n
         got = self.sock.recv_into(self._view[self._end :])
         if got == 0:
-            raise RespError(f"{self.address[0]}:{self.address[1]} closed the connection")
+            raise Unreachable(f"{self.address[0]}:{self.address[1]} closed the connection")
         self._end += got
 
     def _line(self) -> bytes:
@@ -133,7 +140,7 @@ class _Conn:
         while pos < n:
             got = self.sock.recv_into(into[pos:], n - pos)
             if got == 0:
-                raise RespError(f"{self.address[0]}:{self.address[1]} closed mid-value")
+                raise Unreachable(f"{self.address[0]}:{self.address[1]} closed mid-value")
             pos += got
 
     def read_bulk(
@@ -216,7 +223,7 @@ class RawGetter:
         try:
             return _Conn(address, self._timeout_s, self._password)
         except OSError as exc:
-            raise RespError(f"connect to {address[0]}:{address[1]}: {exc}") from exc
+            raise Unreachable(f"connect to {address[0]}:{address[1]}: {exc}") from exc
 
     def _give(self, conn: _Conn) -> None:
         with self._lock:
@@ -235,8 +242,9 @@ class RawGetter:
         """Each name's value as (pooled buffer, length) or None when missing;
         ``nodes[i]`` holds ``names[i]``. With ``lander``, a value may land past
         its head in the buffer it gives (``read_bulk``; LANDED there). Raises
-        RespError (Redirected for an error reply); buffers already taken are
-        given back to the pool then (what landed is the lander's to undo)."""
+        RespError (Redirected for an error reply, Unreachable when a
+        connection fails); buffers already taken are given back to the pool
+        then (what landed is the lander's to undo)."""
         by_node: dict[tuple[str, int], list[int]] = {}
         for i, node in enumerate(nodes):
             by_node.setdefault(node, []).append(i)
@@ -258,8 +266,8 @@ class RawGetter:
             for got in out:
                 if isinstance(got, tuple):
                     self.pool.give(got[0])
-            if isinstance(exc, OSError):
-                raise RespError(str(exc) or type(exc).__name__) from exc
+            if isinstance(exc, OSError):  # socket timeouts included
+                raise Unreachable(str(exc) or type(exc).__name__) from exc
             raise
         for conn, _index in conns:
             self._give(conn)
