@@ -192,10 +192,27 @@ def _end_each(tickets: Sequence[Ticket]) -> None:
     logged and the rest still end, so it cannot keep what the others hold
     (nothing would end them later)."""
     for ticket in tickets:
-        try:
-            ticket.end()
-        except Exception:
-            log.exception("ending %s bulk ticket failed; what it held may stay held", ticket.op)
+        _end_logged(ticket.end, ticket.op)
+
+
+def _end_logged(end: Callable[[], None], op: str) -> None:
+    """Run ``end`` (a ticket's, or what a ticket would hold) where an error is
+    already on its way (an error path) or nobody waits for the answer: one
+    that raises is logged, not raised, so the error the client is told is the
+    transfer's own, not the clean-up's."""
+    try:
+        end()
+    except Exception:
+        log.exception("ending %s bulk ticket failed; what it held may stay held", op)
+
+
+def _first_error(first: Exception | None, exc: Exception) -> Exception:
+    """Of the errors a clean-up meets, the first is raised; later ones are logged
+    here (call inside their ``except``)."""
+    if first is None:
+        return exc
+    log.exception("giving back part of a bulk ticket failed too")
+    return first
 
 
 class TicketTable:
@@ -337,16 +354,25 @@ class BulkTransfers:
             if issue:
                 self.tickets.issue(ticket)
         except BaseException:
-            ticket.end()
+            _end_logged(ticket.end, ticket.op)
             raise
         return ticket
 
     def _drop_puts(self, ticket: Ticket) -> None:
-        for item in ticket.puts:
-            self._objects.abort(item.reservation)
-        self._budget.give(ticket.held_bytes)
-        ticket.puts = []
-        ticket.held_bytes = 0
+        """Abort each reservation and give the bytes back: all of it even when an
+        abort raises (the first such error is raised once the rest is done), and
+        once (a second call finds nothing left)."""
+        items, ticket.puts = ticket.puts, []
+        failed: Exception | None = None
+        for item in items:
+            try:
+                self._objects.abort(item.reservation)
+            except Exception as exc:
+                failed = _first_error(failed, exc)
+        held, ticket.held_bytes = ticket.held_bytes, 0
+        self._budget.give(held)
+        if failed is not None:
+            raise failed
 
     def receive(self, ticket: Ticket, channel: Channel) -> list[pb.ObjectMeta]:
         """Fill the ticket's reservations from ``channel`` and commit them.
@@ -377,7 +403,7 @@ class BulkTransfers:
             if failed is not None:
                 raise failed
         except BaseException:
-            ticket.end()
+            _end_logged(ticket.end, ticket.op)
             raise
         items, ticket.puts = ticket.puts, []
         wires: list[pb.ObjectMeta] = []
@@ -439,18 +465,26 @@ class BulkTransfers:
                 self.tickets.issue(ticket)
         except BaseException:
             for reader in readers:  # opened but not yet in the ticket
-                reader.release()
-            ticket.end()
+                _end_logged(reader.release, ticket.op)
+            _end_logged(ticket.end, ticket.op)
             raise
         return ticket
 
     def _drop_gets(self, ticket: Ticket) -> None:
+        """Release each read and give the bytes back, as ``_drop_puts`` does."""
+        failed: Exception | None = None
         for item in ticket.gets:
-            if item.reader is not None:
-                item.reader.release()
+            reader = item.reader
+            if reader is not None:
                 item.reader = None
-        self._budget.give(ticket.held_bytes)
-        ticket.held_bytes = 0
+                try:
+                    reader.release()
+                except Exception as exc:
+                    failed = _first_error(failed, exc)
+        held, ticket.held_bytes = ticket.held_bytes, 0
+        self._budget.give(held)
+        if failed is not None:
+            raise failed
 
     def send(self, ticket: Ticket, channel: Channel, header: bytes = b"") -> int:
         """Write ``header`` and then every streamed object's bytes, in ticket order,
@@ -466,8 +500,10 @@ class BulkTransfers:
                 send_values(channel, header, views, arena.file_fd, arena.file_span)
             else:
                 send_parts(channel, [header, *views], self._send_deadline(len(header) + sent))
-        finally:
-            ticket.end()
+        except BaseException:
+            _end_logged(ticket.end, ticket.op)
+            raise
+        ticket.end()
         self._metrics.child(self._metrics.data_bytes, "bulk", "out").inc(sent)
         return sent
 
@@ -485,7 +521,7 @@ class BulkTransfers:
         ``end`` runs exactly once when the ticket is used, refused or expires.
         ``held_bytes`` are taken from the data plane's byte budget meanwhile."""
         if not self.address:
-            end()
+            _end_logged(end, op)
             raise FailedPrecondition("the bulk channel is off on this daemon; use the gRPC stream")
         ticket = self._new_ticket(owner, op)
         ticket.stream = run
@@ -493,7 +529,7 @@ class BulkTransfers:
         try:
             self._budget.take(held_bytes)
         except BaseException:
-            end()
+            _end_logged(end, op)
             raise
         ticket.held_bytes = held_bytes
 
@@ -506,7 +542,7 @@ class BulkTransfers:
         try:
             self.tickets.issue(ticket)
         except BaseException:
-            ticket.end()
+            _end_logged(ticket.end, ticket.op)
             raise
         return ticket
 
@@ -519,8 +555,10 @@ class BulkTransfers:
             channel = _DeadlineChannel(channel, deadline)
         try:
             ticket.stream(channel)
-        finally:
-            ticket.end()
+        except BaseException:
+            _end_logged(ticket.end, ticket.op)
+            raise
+        ticket.end()
         direction = "in" if ticket.op == "stream_in" else "out"
         self._metrics.data_bytes.labels("bulk", direction).inc(ticket.streamed_bytes)
 
