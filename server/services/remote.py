@@ -302,7 +302,12 @@ class RemoteService:
         """Whether ``key``'s current version belongs to a session, so it is never
         published (call with the store lock)."""
         entry = self.catalog.find(key)
-        return entry is not None and int(self.catalog.index.cols["sess"][entry.row]) != 0
+        return entry is not None and self._owned_row(entry.row)
+
+    def _owned_row(self, row: int) -> bool:
+        """Whether the object in index row ``row`` belongs to a session (call
+        with the store lock)."""
+        return int(self.catalog.index.cols["sess"][row]) != 0
 
     def _not_published(self, keys: Sequence[bytes]) -> None:
         """Publishes of ``keys`` were given up (the upload failed) or found their
@@ -709,11 +714,12 @@ class RemoteService:
         with self.store.lock:
             entries = [self.catalog.find(k.encode()) for k in shared]
             known = {k.namespace for k in shared if k.namespace in self.catalog.namespaces}
-            demoted = [
-                k.encode()
-                for k, e in zip(shared, entries, strict=True)
-                if e and e.tier == Tier.REMOTE and self._may_read(k.encode(), e, caller)
-            ]
+            owned = [e is not None and self._owned_row(e.row) for e in entries]
+        demoted = [
+            k.encode()
+            for k, e, o in zip(shared, entries, owned, strict=True)
+            if e and e.tier == Tier.REMOTE and self._may_read(k.encode(), e, o, caller)
+        ]
         missing = [
             k
             for k, e in zip(shared, entries, strict=True)
@@ -887,19 +893,22 @@ class RemoteService:
         encoded = [k.encode() for k in shared]
         with self.store.lock:
             entries = [self.catalog.find(k) for k in encoded]
-            wanted = [
-                k
-                for k, e in zip(encoded, entries, strict=True)
-                if e is None or self._may_read(k, e, caller)
-            ]
+            owned = [e is not None and self._owned_row(e.row) for e in entries]
+        wanted = [
+            k
+            for k, e, o in zip(encoded, entries, owned, strict=True)
+            if e is None or self._may_read(k, e, o, caller)
+        ]
         self._bring_in(wanted, touch=False)
 
-    def _may_read(self, key: bytes, entry: Entry, caller: str | None) -> bool:
+    def _may_read(self, key: bytes, entry: Entry, owned: bool, caller: str | None) -> bool:
         """Whether ``caller`` (see ``fill``) may read the object ``entry``
-        describes, so it may be fetched for that read now; False leaves the
-        object to the read itself, which refuses it or fetches it after its
-        own check (call with the store lock)."""
-        if int(self.catalog.index.cols["sess"][entry.row]) == 0 or caller == "":
+        describes (``owned``: by a session), so it may be fetched for that
+        read now; False leaves the object to the read itself, which refuses it
+        or fetches it after its own check. Reads the object's record without
+        the store lock (as unlocked reads do): a record gone meanwhile is a
+        False."""
+        if not owned or caller == "":
             return True
         if caller is None:
             return False
