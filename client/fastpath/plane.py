@@ -535,7 +535,7 @@ class DataPlane:
             for start, infos in self._batched(
                 small,
                 lambda idx: self._put_small(
-                    [items[i] for i in idx], [views[i] for i in idx], self.time_left(deadline)
+                    [items[i] for i in idx], [views[i] for i in idx], deadline
                 ),
                 deadline,
             ):
@@ -545,10 +545,7 @@ class DataPlane:
             for start, infos in self._batched(
                 large,
                 lambda idx: self._put_fast(
-                    [items[i] for i in idx],
-                    [views[i] for i in idx],
-                    path,
-                    self.time_left(deadline),
+                    [items[i] for i in idx], [views[i] for i in idx], path, deadline
                 ),
                 deadline,
             ):
@@ -572,12 +569,12 @@ class DataPlane:
         path: str | None,
         size_ok: Callable[[str, _Offer], bool],
         mean_bytes: float | None = None,
-        timeout_s: float | None = None,
+        deadline: float | None = None,
     ) -> tuple[_Offer, list[str]]:
         """The paths to try in order; ``mean_bytes``: the batch's mean value size,
-        when known (smaller than ``shm_min_bytes``: bulk before shm); ``timeout_s``:
-        what is left of the call, should the offer be negotiated again."""
-        offer = self.offer(timeout_s)
+        when known (smaller than ``shm_min_bytes``: bulk before shm); ``deadline``:
+        the call's, should the offer be negotiated again (None: no call)."""
+        offer = self.offer(None if deadline is None else self.time_left(deadline))
         if path is not None:
             if path not in offer.paths:
                 raise FailedPreconditionError(
@@ -597,8 +594,12 @@ class DataPlane:
         items: list[PutItem],
         views: list[memoryview],
         path: str | None,
-        timeout_s: float | None,
+        deadline: float,
     ) -> list[ObjectInfo]:
+        """A batch of large values by the first path that serves it; each path
+        tried, and each object of the gRPC loop, gets what is left of the call
+        (``deadline``) when it starts."""
+
         def fits(p: str, offer: _Offer) -> bool:
             if p != "shm" or offer.arena is None or offer.hello is None:
                 return True
@@ -606,17 +607,17 @@ class DataPlane:
             return all(low <= len(v) <= offer.arena.size_bytes for v in views)
 
         offer, candidates = self._candidates(
-            path, fits, sum(len(v) for v in views) / max(1, len(views)), timeout_s
+            path, fits, sum(len(v) for v in views) / max(1, len(views)), deadline
         )
         return self._first_that_serves(
             path,
             candidates,
             {
-                "shm": lambda: self._put_shm(offer, items, views, timeout_s),
-                "bulk": lambda: self._put_bulk(offer, items, views, timeout_s),
+                "shm": lambda: self._put_shm(offer, items, views, deadline),
+                "bulk": lambda: self._put_bulk(offer, items, views, deadline),
             },
             lambda: [
-                self._put_grpc(item, view, timeout_s)
+                self._put_grpc(item, view, self.time_left(deadline))
                 for item, view in zip(items, views, strict=True)
             ],
         )
@@ -659,12 +660,15 @@ class DataPlane:
         )
 
     def _put_small(
-        self, items: list[PutItem], views: list[memoryview], timeout_s: float | None
+        self, items: list[PutItem], views: list[memoryview], deadline: float
     ) -> list[ObjectInfo]:
         """Small values: one put on a bulk session (their bytes follow the request
         at once: one round trip, no gRPC call); one gRPC Put each when no session
-        can carry them, the daemon says 'not now', or the client uses TLS."""
-        address = self._session_address(timeout_s) if self._plaintext_session_ok else None
+        can carry them, the daemon says 'not now', or the client uses TLS. Each
+        step gets what is left of the call (``deadline``) when it starts."""
+        address = None
+        if self._plaintext_session_ok:
+            address = self._session_address(self.time_left(deadline))
         if address is not None:
             request = dataplane_pb2.BeginPutRequest(
                 objects=[
@@ -672,11 +676,10 @@ class DataPlane:
                     for item, view in zip(items, views, strict=True)
                 ]
             )
+            left = self.time_left(deadline)
             try:
                 done = self._via_session(
-                    address,
-                    lambda s: s.put(request, views, self._refusal, self._timeout(timeout_s)),
-                    self._timeout(timeout_s),
+                    address, lambda s: s.put(request, views, self._refusal, left), left
                 )
             except _Fallback:
                 done = None
@@ -684,7 +687,8 @@ class DataPlane:
                 self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
                 return [_wire.info(m) for m in done.metas]
         return [
-            self._put_grpc(item, view, timeout_s) for item, view in zip(items, views, strict=True)
+            self._put_grpc(item, view, self.time_left(deadline))
+            for item, view in zip(items, views, strict=True)
         ]
 
     def _put_grpc(self, item: PutItem, view: memoryview, timeout_s: float | None) -> ObjectInfo:
@@ -703,8 +707,10 @@ class DataPlane:
         return info
 
     def _put_shm(
-        self, offer: _Offer, items: list[PutItem], views: list[memoryview], timeout_s: float | None
+        self, offer: _Offer, items: list[PutItem], views: list[memoryview], deadline: float
     ) -> list[ObjectInfo]:
+        """Reserve, copy in, Commit; the Reserve, the Commit and a Release after
+        a failure each get what is left of the call (``deadline``) then."""
         arena = offer.arena
         if arena is None:
             raise _Fallback()
@@ -720,20 +726,20 @@ class DataPlane:
             request,
             dataplane_pb2.ReserveResponse(),
             lambda t: self._dp.Reserve(request, timeout=t, metadata=self._transport.metadata),
-            timeout_s,
+            self.time_left(deadline),
             negotiate=True,
         )
         lease_ids = [lease.lease_id for lease in reply.leases]
         if reply.arena_id != arena.arena_id:
-            self._release_quietly(lease_ids, timeout_s)
+            self._release_quietly(lease_ids, deadline)
             self._reset(offer)
             raise _Fallback()
-        deadline = started + reply.ttl_ms / 1000.0 - min(LEASE_MARGIN_S, reply.ttl_ms / 4000.0)
+        expiry = started + reply.ttl_ms / 1000.0 - min(LEASE_MARGIN_S, reply.ttl_ms / 4000.0)
         try:
             for lease, view in zip(reply.leases, views, strict=True):
-                _copy_in(arena.region(lease.offset, lease.length), view, deadline)
+                _copy_in(arena.region(lease.offset, lease.length), view, expiry)
         except BaseException:
-            self._release_quietly(lease_ids, timeout_s)
+            self._release_quietly(lease_ids, deadline)
             raise
         commit = dataplane_pb2.CommitRequest(
             items=[dataplane_pb2.CommitItem(lease_id=x) for x in lease_ids]
@@ -744,7 +750,7 @@ class DataPlane:
                 commit,
                 dataplane_pb2.CommitResponse(),
                 lambda t: self._dp.Commit(commit, timeout=t, metadata=self._transport.metadata),
-                timeout_s,
+                self.time_left(deadline),
             )
         except FailedPreconditionError:
             raise _Fallback() from None  # the leases expired under a very slow writer
@@ -752,8 +758,10 @@ class DataPlane:
         return [_wire.info(m) for m in done.metas]
 
     def _put_bulk(
-        self, offer: _Offer, items: list[PutItem], views: list[memoryview], timeout_s: float | None
+        self, offer: _Offer, items: list[PutItem], views: list[memoryview], deadline: float
     ) -> list[ObjectInfo]:
+        """On a bulk session, else by a ticket negotiated over gRPC; each step
+        gets what is left of the call (``deadline``) when it starts."""
         request = dataplane_pb2.BeginPutRequest(
             objects=[
                 self._header(item, view, self.verify)
@@ -761,16 +769,18 @@ class DataPlane:
             ]
         )
 
-        def put(session: Session) -> dataplane_pb2.TransferStatus:
-            return session.put(request, views, self._refusal, self._timeout(timeout_s))
+        left = self.time_left(deadline)
 
-        done = self._via_session(self._reachable(offer.bulk_address), put, self._timeout(timeout_s))
+        def put(session: Session) -> dataplane_pb2.TransferStatus:
+            return session.put(request, views, self._refusal, left)
+
+        done = self._via_session(self._reachable(offer.bulk_address), put, left)
         if done is not None:
             self._count("bulk", puts=len(views), nbytes=sum(len(v) for v in views))
             return [_wire.info(m) for m in done.metas]
         ticket = self._negotiate_call(
             lambda t: self._dp.BeginPut(request, timeout=t, metadata=self._transport.metadata),
-            timeout_s,
+            self.time_left(deadline),
         )
         try:
             status = self._bulk.put(
@@ -818,7 +828,9 @@ class DataPlane:
         bulk session when the daemon takes them there (no gRPC call), else over
         gRPC; returns the reply and the channel that carried it ("bulk" or
         "grpc"). ``negotiate``: a path's first call ('not now / not here'
-        answers mean: try the next path, see ``_negotiate_call``)."""
+        answers mean: try the next path, see ``_negotiate_call``). gRPC after a
+        session that broke gets what the session left of ``timeout_s``."""
+        deadline = self.deadline_for(timeout_s)
         try:
             got = self._on_session(op, request, reply, timeout_s)
         except (FailedPreconditionError, CapacityError) as exc:
@@ -830,8 +842,8 @@ class DataPlane:
         if got is not None:
             return got, "bulk"
         if negotiate:
-            return self._negotiate_call(grpc_call, timeout_s), "grpc"
-        return self._call(grpc_call, timeout_s), "grpc"
+            return self._negotiate_call(grpc_call, self.time_left(deadline)), "grpc"
+        return self._call(grpc_call, self.time_left(deadline)), "grpc"
 
     @overload
     def _on_session(
@@ -949,18 +961,28 @@ class DataPlane:
                 raise _Fallback() from exc
             raise
 
-    def _release_quietly(self, lease_ids: Sequence[int], timeout_s: float | None) -> None:
+    def _release_quietly(self, lease_ids: Sequence[int], deadline: float) -> None:
+        """Release leases a failed step of a call holds, within what is left of
+        that call (``deadline``), waiting for the answer; when nothing is left,
+        or the release failed, the releasing thread sends it (``_release_soon``)
+        rather than leaving the leases to their TTL."""
         if not lease_ids:
             return
-        request = dataplane_pb2.ReleaseRequest(lease_ids=list(lease_ids))
-        with contextlib.suppress(TiermemClientError, _Fallback):  # else they expire
-            self._control(
-                OP_RELEASE,
-                request,
-                dataplane_pb2.ReleaseResponse(),
-                lambda t: self._dp.Release(request, timeout=t, metadata=self._transport.metadata),
-                timeout_s,
-            )
+        left_s = deadline - time.monotonic()
+        if left_s > 0:
+            request = dataplane_pb2.ReleaseRequest(lease_ids=list(lease_ids))
+            with contextlib.suppress(TiermemClientError, _Fallback):
+                self._control(
+                    OP_RELEASE,
+                    request,
+                    dataplane_pb2.ReleaseResponse(),
+                    lambda t: self._dp.Release(
+                        request, timeout=t, metadata=self._transport.metadata
+                    ),
+                    left_s,
+                )
+                return
+        self._release_soon(lease_ids, deadline)
 
     def _release_soon(self, lease_ids: Sequence[int], deadline: float | None = None) -> None:
         """Release read leases without waiting for the answer: the copy is done, so
@@ -1064,7 +1086,7 @@ class DataPlane:
                 [refs[i] for i in idx],
                 target_in(idx),
                 path,
-                self.time_left(deadline),
+                deadline,
                 fresh,
                 # the out buffers bound the values' sizes; without them, unknown
                 None if outs is None else sum(len(outs[i]) for i in idx) / max(1, len(idx)),
@@ -1079,20 +1101,23 @@ class DataPlane:
         refs: list[ObjectRef],
         target: _Target,
         path: str | None,
-        timeout_s: float | None,
+        deadline: float,
         fresh: Fresh,
         mean_bytes: float | None = None,
     ) -> list[Fetched]:
-        offer, candidates = self._candidates(path, lambda p, o: True, mean_bytes, timeout_s)
+        """A batch by the first path that serves it; each path tried, and each
+        object of the gRPC loop, gets what is left of the call (``deadline``)
+        when it starts."""
+        offer, candidates = self._candidates(path, lambda p, o: True, mean_bytes, deadline)
         return self._first_that_serves(
             path,
             candidates,
             {
-                "shm": lambda: self._get_shm(offer, refs, target, timeout_s, fresh),
-                "bulk": lambda: self._get_bulk(offer, refs, target, timeout_s, fresh),
+                "shm": lambda: self._get_shm(offer, refs, target, deadline, fresh),
+                "bulk": lambda: self._get_bulk(offer, refs, target, deadline, fresh),
             },
             lambda: [
-                self._get_grpc(ref, functools.partial(target, i), timeout_s)
+                self._get_grpc(ref, functools.partial(target, i), self.time_left(deadline))
                 for i, ref in enumerate(refs)
             ],
         )
@@ -1105,9 +1130,11 @@ class DataPlane:
         offer: _Offer,
         refs: list[ObjectRef],
         target: _Target,
-        timeout_s: float | None,
+        deadline: float,
         fresh: Fresh,
     ) -> list[Fetched]:
+        """Lease, copy out, Release; the Lease and the Release each get what is
+        left of the call (``deadline``) then."""
         arena = offer.arena
         if arena is None:
             raise _Fallback()
@@ -1115,18 +1142,17 @@ class DataPlane:
             keys=self._keys(refs), ttl_ms=self._lease_ttl_ms, inline_max_bytes=self.threshold_bytes
         )
         started = time.monotonic()
-        deadline = started + self._timeout(timeout_s)  # the release's too
         reply, carrier = self._control(
             OP_LEASE,
             request,
             dataplane_pb2.LeaseResponse(),
             lambda t: self._dp.Lease(request, timeout=t, metadata=self._transport.metadata),
-            timeout_s,
+            self.time_left(deadline),
             negotiate=True,
         )
         lease_ids = [x.lease_id for x in reply.leases if not x.inline]
         if lease_ids and reply.arena_id != arena.arena_id:
-            self._release_quietly(lease_ids, timeout_s)
+            self._release_quietly(lease_ids, deadline)
             self._reset(offer)
             raise _Fallback()
         try:
@@ -1156,28 +1182,32 @@ class DataPlane:
         offer: _Offer,
         refs: list[ObjectRef],
         target: _Target,
-        timeout_s: float | None,
+        deadline: float,
         fresh: Fresh,
     ) -> list[Fetched]:
+        """On a bulk session, else by a ticket negotiated over gRPC; each step
+        gets what is left of the call (``deadline``) when it starts."""
         request = dataplane_pb2.BeginGetRequest(
             keys=self._keys(refs), inline_max_bytes=self.threshold_bytes
         )
 
+        left = self.time_left(deadline)
+
         def get(session: Session) -> list[Fetched]:
             try:
-                reply = session.begin_get(request, self._timeout(timeout_s))
+                reply = session.begin_get(request, left)
             except TiermemClientError as exc:
                 raise self._refusal(exc) from exc
             results, streamed = self._landing(reply, target, fresh)
             session.receive(streamed)
             return results
 
-        got = self._via_session(self._reachable(offer.bulk_address), get, self._timeout(timeout_s))
+        got = self._via_session(self._reachable(offer.bulk_address), get, left)
         if got is not None:
             return self._got(got)
         ticket = self._negotiate_call(
             lambda t: self._dp.BeginGet(request, timeout=t, metadata=self._transport.metadata),
-            timeout_s,
+            self.time_left(deadline),
         )
         results, streamed = self._landing(ticket, target, fresh)
         if streamed:
