@@ -74,7 +74,7 @@ class RemoteStager(Protocol):
     def stage(
         self,
         keys: Sequence[ObjectKey],
-        reserve: Callable[[ObjectKey, int], Reservation | None],
+        reserve: Callable[[ObjectKey, int, int], Reservation | None],
         drop: Callable[[Reservation], None],
         trim: Callable[[Reservation, int], Reservation],
         caller: str | None = None,
@@ -406,11 +406,13 @@ class SharedMemoryPlane:
                 self.fill(keys)
             return {}
 
-        def reserve(key: ObjectKey, size: int) -> Reservation | None:
+        def reserve(key: ObjectKey, size: int, head: int) -> Reservation | None:
+            # judged by the payload: room for a head (a value landing whole) is
+            # given back once it landed (``trim``)
             if size <= inline_max or size < arena.arena_min_bytes:
                 return None  # comes inline: adopted first, then read
             try:
-                return self._reserve_staging(size, key.kind)
+                return self._reserve_staging(head + size, key.kind)
             except TiermemError:
                 return None  # no room to stage: adopted (or not) the ordinary way
 

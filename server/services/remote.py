@@ -107,7 +107,7 @@ class _Landing:
 
     def __init__(
         self,
-        reserve: Callable[[ObjectKey, int], Reservation | None],
+        reserve: Callable[[ObjectKey, int, int], Reservation | None],
         drop: Callable[[Reservation], None],
         trim: Callable[[Reservation, int], Reservation],
     ) -> None:
@@ -119,7 +119,7 @@ class _Landing:
         self._held: dict[int, tuple[Reservation, int]] = {}
 
     def place(self, index: int, key: ObjectKey, size: int, head: int) -> memoryview | None:
-        reservation = self._reserve(key, head + size)
+        reservation = self._reserve(key, size, head)
         if reservation is None:
             return None
         with self._lock:
@@ -665,14 +665,16 @@ class RemoteService:
     def stage(
         self,
         keys: Sequence[ObjectKey],
-        reserve: Callable[[ObjectKey, int], Reservation | None],
+        reserve: Callable[[ObjectKey, int, int], Reservation | None],
         drop: Callable[[Reservation], None],
         trim: Callable[[Reservation, int], Reservation],
         caller: str | None = None,
     ) -> dict[ObjectKey, tuple[ObjectMeta, Reservation]]:
         """Serve the objects among ``keys`` that this daemon does not hold (no
         catalog entry; kinds it shares) straight from the remote store, in the
-        extents ``reserve(key, size)`` gives: each value is fetched (parts on the
+        extents ``reserve(key, size, head)`` gives (``head + size`` bytes for a
+        payload of ``size``; None: the payload comes another way, e.g. inline,
+        judged by ``size`` alone): each value is fetched (parts on the
         wire at once, as ``pull``) and its payload lands in its extent
         (``RemoteTier.read_into``: received there from the socket on Redis;
         transferred there by Mooncake with the value's head, in an extent
@@ -706,7 +708,7 @@ class RemoteService:
     def _stage(
         self,
         shared: list[ObjectKey],
-        reserve: Callable[[ObjectKey, int], Reservation | None],
+        reserve: Callable[[ObjectKey, int, int], Reservation | None],
         drop: Callable[[Reservation], None],
         trim: Callable[[Reservation, int], Reservation],
         caller: str | None,
@@ -763,7 +765,7 @@ class RemoteService:
         self,
         value: ReadValue,
         landed: Reservation | None,
-        reserve: Callable[[ObjectKey, int], Reservation | None],
+        reserve: Callable[[ObjectKey, int, int], Reservation | None],
         drop: Callable[[Reservation], None],
     ) -> tuple[ObjectMeta, Reservation] | None:
         """One fetched value into its extent (see ``stage``): verified where it
@@ -783,7 +785,7 @@ class RemoteService:
             self._count_read(value.meta.key.kind)
             return value.meta, landed
         try:
-            reservation = reserve(value.meta.key, value.meta.size_bytes)
+            reservation = reserve(value.meta.key, value.meta.size_bytes, 0)
         except BaseException:
             value.release()
             raise
