@@ -19,8 +19,10 @@ store (same ``tiers.remote.deployment``), as two inference nodes would.
   the remote store straight into fresh arena extents (Redis: in parts on the
   wire at once, over B's own RESP connections, each payload received from the
   socket into its extent; Mooncake: one batch_get_into_multi_buffers, each
-  payload transferred into its extent), verify each there against its
-  checksum, and lease those extents to the client, which copies them out; B
+  value transferred whole into one slice, an extent with room for its head
+  before the payload, the head's room given back once it landed), verify
+  each there against its checksum, and lease those extents to the client,
+  which copies them out; B
   adopts each extent as the block's storage when the client releases its
   lease (a thread of the client's sends the Release beside the next request). The first set is read
   with ``kv.get_blocks`` (what LMCache calls; the goal), the second with
