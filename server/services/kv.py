@@ -51,7 +51,6 @@ from tiermem.server.errors import (
 from tiermem.server.model import (
     Kind,
     ObjectKey,
-    ObjectMeta,
     Precision,
     Profile,
     TensorInfo,
@@ -462,10 +461,12 @@ class KvService:
         """Each requested block in order, found or not. Decoded to the original
         dtype when stored with a codec. The caller releases every BlockRead.
         A ``caller`` acting as a session reads each block as an object Get made
-        as it would: blocks that do not exist for it are not found."""
+        as it would: blocks that do not exist for it are not found. Each call
+        made as a session renews its lease, also when no block is found."""
         scope.checked()
         check_hashes(chunk_hashes, self.config.max_batch_blocks, "GetBlocks")
         validate_session(caller)
+        self._renew(caller)
         with self.store.lock:
             self.store.catalog.namespace_id(scope.namespace)
         return self._reads(scope, chunk_hashes, caller)
@@ -562,7 +563,7 @@ class KvService:
         scope.checked()
         check_hashes(chunk_hashes, limit, what)
         validate_session(caller)
-        self._renew(scope.namespace, caller)
+        self._renew(caller)
         keys = scope.encoded_keys(chunk_hashes)
         catalog = self.store.catalog
         chunks = keys.chunks()
@@ -731,7 +732,7 @@ class KvService:
         catalog = self.store.catalog
         with self.store.lock:
             catalog.namespace_id(namespace)
-        self._renew(namespace, caller)
+        self._renew(caller)
         scope = key_prefix(namespace, Kind.KV_BLOCK, f"{model}@" if model else "")
         if session:
             keys: Iterator[bytes] = (
@@ -772,18 +773,12 @@ class KvService:
             freed = self.store.remove_many_locked(victims)
         return len(victims), freed, any(entry.durable for _, entry in victims)
 
-    def _renew(self, namespace: str, caller: str) -> None:
+    def _renew(self, caller: str) -> None:
         """Renew the lease of the session ``caller`` acts as (none without a
-        caller), as every call made as a session does, whatever it finds. The
-        guard renews the caller's lease on each access it checks and allows a
-        session its own objects, so a check of an object ``caller`` owns renews
-        the lease and refuses nothing."""
-        if not caller:
-            return
-        own = ObjectMeta(
-            ObjectKey(namespace, Kind.KV_BLOCK, ""), 0, 0, Profile(), Tier.DRAM, session=caller
-        )
-        self.objects.guard.check_access(own, caller, write=False)
+        caller), as every call made as a session does, whatever it finds
+        (``ObjectGuard.renew``)."""
+        if caller:
+            self.objects.guard.renew(caller)
 
 
 def _window(config: RemoteTierConfig, block_bytes: int) -> int:

@@ -220,9 +220,10 @@ class SharedAdmission:
 class ObjectGuard(Protocol):
     """Extension point: who may put, read or delete what (the session service
     installs one to enforce isolation and per-session quotas). ``check_put`` is
-    called with the store lock held; ``check_access`` may be called without it
-    (reads of objects in memory), so it must not take the store lock. Both
-    refuse by raising a TiermemError; a refused put has stored nothing."""
+    called with the store lock held; ``check_access`` and ``renew`` may be
+    called with or without it (reads of objects in memory), so they must not
+    take the store lock. Both checks refuse by raising a TiermemError; a
+    refused put has stored nothing."""
 
     def check_put(
         self, spec: PutSpec, tier: Tier, replaced: Entry | None, replaced_owner: str
@@ -232,6 +233,12 @@ class ObjectGuard(Protocol):
 
     def check_access(self, meta: ObjectMeta, caller: str, write: bool) -> None:
         """A caller acting as session ``caller`` (never "") reads or deletes ``meta``."""
+        ...
+
+    def renew(self, caller: str) -> None:
+        """A call made as session ``caller`` (never "") renews its lease, whatever
+        it finds: every such call does, also one that checks no object (all
+        missing, or all the caller's own). Refuses nothing."""
         ...
 
 
@@ -244,6 +251,9 @@ class OpenAccess:
         return None
 
     def check_access(self, meta: ObjectMeta, caller: str, write: bool) -> None:
+        return None
+
+    def renew(self, caller: str) -> None:
         return None
 
 

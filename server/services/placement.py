@@ -742,10 +742,14 @@ class PlacementService:
         do not exist for it (a sibling's) count as missing and get no deadline.
         The owner comes from the index's session column; only an object another
         session owns has its record read, for the guard. Every key is checked,
-        under the same hold of the store lock, before any deadline is set."""
+        under the same hold of the store lock, before any deadline is set. Each
+        call made as a session renews its lease (``ObjectGuard.renew``),
+        whatever it finds."""
         self._check_count(keys)
-        if caller and guard is None:
-            raise InvariantViolation("a prefetch made as a session needs the object guard")
+        if caller:
+            if guard is None:
+                raise InvariantViolation("a prefetch made as a session needs the object guard")
+            guard.renew(caller)
         now = time.time()
         when = deadline_unix_ms / 1000 if deadline_unix_ms else now
         queued = resident = missing = 0

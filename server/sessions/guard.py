@@ -36,7 +36,7 @@ class SessionGuard:
     def check_access(self, meta: ObjectMeta, caller: str, write: bool) -> None:
         owner = meta.session
         if caller:  # every call made as a session renews its lease, reads included
-            self._sessions.touch(caller)
+            self.renew(caller)
         if not owner or owner == caller:
             return
         sessions = self._sessions
@@ -50,6 +50,11 @@ class SessionGuard:
                 )
             return
         raise NotFound(f"object {key} not found")
+
+    def renew(self, caller: str) -> None:
+        """Renew the lease of the session ``caller`` acts as (a no-op for an
+        owner tag or a closed session)."""
+        self._sessions.touch(caller)
 
     def check_put(
         self, spec: PutSpec, tier: Tier, replaced: Entry | None, replaced_owner: str
