@@ -39,11 +39,12 @@ class PlacementServicer(placement_pb2_grpc.PlacementServiceServicer):
                 tier = Tier(int(request.tier))
             except ValueError:
                 raise InvalidArgument(f"unknown tier {request.tier}") from None
-        tiers = self._placement.pin(keys, tier)
+        tiers = self._placement.pin(keys, tier, acting_session(context), self._objects.guard)
         return placement_pb2.PinResponse(tiers=[int(t) for t in tiers])  # type: ignore[misc]
 
     def Unpin(
         self, request: placement_pb2.UnpinRequest, context: grpc.ServicerContext
     ) -> placement_pb2.UnpinResponse:
         keys = [key_from_proto(k) for k in request.keys]
-        return placement_pb2.UnpinResponse(unpinned=self._placement.unpin(keys))
+        unpinned = self._placement.unpin(keys, acting_session(context), self._objects.guard)
+        return placement_pb2.UnpinResponse(unpinned=unpinned)

@@ -791,18 +791,58 @@ class PlacementService:
             return False
         return True
 
-    def pin(self, keys: list[ObjectKey], tier: Tier | None) -> list[Tier]:
+    def _changeable_locked(
+        self, encoded: bytes, entry: Entry, caller: str, guard: ObjectGuard | None
+    ) -> bool:
+        """Whether a change (a pin or an unpin) made as ``caller`` may touch the
+        object ``entry``, by the rules of an object delete made as it
+        (``ObjectGuard.check_access`` with ``write``): False when the object
+        does not exist for it (a sibling's); an ancestor's shared with it
+        read-only raises PermissionDenied. The record is read only when another
+        session owns it; no caller: a trusted tool, True. Call with the store
+        lock held."""
+        if not caller:
+            return True
+        if guard is None:
+            raise InvariantViolation("a pin or unpin made as a session needs the object guard")
+        owner = int(self.catalog.index.cols["sess"][entry.row])
+        if owner == 0 or self.catalog.sessions.name(owner) == caller:
+            return True
+        try:
+            guard.check_access(self.catalog.meta(encoded, entry), caller, write=True)
+        except NotFound:
+            return False
+        return True
+
+    def pin(
+        self,
+        keys: list[ObjectKey],
+        tier: Tier | None,
+        caller: str = "",
+        guard: ObjectGuard | None = None,
+    ) -> list[Tier]:
         """Pin objects (on ``tier`` if given: moved there first). All keys must
-        exist; if one cannot be placed on ``tier`` nothing is pinned."""
+        exist; if one cannot be placed on ``tier`` nothing is pinned.
+
+        A ``caller`` acting as a session pins by the rules of an object change
+        made as it (``_changeable_locked``): an object that does not exist for
+        it (a sibling's) is refused with the NotFound of a missing key, so the
+        answer tells it nothing about another session's keys; one shared with it
+        read-only by a grant is PermissionDenied. Every key is checked before
+        anything is moved or pinned; each call made as a session renews its
+        lease (``ObjectGuard.renew``)."""
         self._check_count(keys)
         if tier is not None and (
             tier not in (Tier.HBM, Tier.DRAM, Tier.SSD) or not self.store.tier_config(tier)[0]
         ):
             raise InvalidArgument(f"cannot pin on tier {tier.name}: it is not enabled here")
+        if caller and guard is not None:
+            guard.renew(caller)
         encoded = [k.encode() for k in keys]
         with self.store.lock:
             for key, enc in zip(keys, encoded, strict=True):
-                if self.catalog.find(enc) is None:
+                entry = self.catalog.find(enc)
+                if entry is None or not self._changeable_locked(enc, entry, caller, guard):
                     raise NotFound(f"object {key} not found; nothing was pinned")
         if tier is not None:
             for key, enc in zip(keys, encoded, strict=True):
@@ -811,7 +851,8 @@ class PlacementService:
         with self.store.lock:
             for key, enc in zip(keys, encoded, strict=True):
                 entry = self.catalog.find(enc)
-                if entry is None:
+                # re-checked: another object may have taken the key meanwhile
+                if entry is None or not self._changeable_locked(enc, entry, caller, guard):
                     raise NotFound(f"object {key} was deleted while being pinned")
                 self._set_pin_locked(enc, entry, True)
                 out.append(entry.tier)
@@ -833,14 +874,28 @@ class PlacementService:
                 f"could not place {key} ({size} bytes) on {tier.name} to pin it; nothing was pinned"
             )
 
-    def unpin(self, keys: list[ObjectKey]) -> int:
+    def unpin(
+        self, keys: list[ObjectKey], caller: str = "", guard: ObjectGuard | None = None
+    ) -> int:
+        """Unpin objects; returns how many were pinned. Missing keys are not
+        counted. A ``caller`` acting as a session unpins by the rules of an
+        object change made as it (``_changeable_locked``): objects that do not
+        exist for it are not counted, as missing ones; one shared with it
+        read-only by a grant is PermissionDenied, and then nothing is
+        unpinned. Each call made as a session renews its lease."""
         self._check_count(keys)
+        if caller and guard is not None:
+            guard.renew(caller)
         count = 0
         with self.store.lock:
+            found: list[tuple[bytes, Entry]] = []
             for key in keys:
                 enc = key.encode()
                 entry = self.catalog.find(enc)
-                if entry is not None and entry.pinned:
+                if entry is not None and self._changeable_locked(enc, entry, caller, guard):
+                    found.append((enc, entry))
+            for enc, entry in found:
+                if entry.pinned:
                     self._set_pin_locked(enc, entry, False)
                     count += 1
         if count:
