@@ -133,6 +133,45 @@ def unix_connect(address: str, timeout_s: float) -> socket.socket:
         pause = min(pause * 2, 0.05)
 
 
+class _Bound:
+    """Bounds each wait on a ticket's connection by the I/O timeout and by a
+    call's deadline (``time.monotonic``; None: the I/O timeout alone), the way a
+    bulk session request is bounded: before each ``sendall`` (a socket timeout
+    bounds a whole ``sendall``) and each receive, the socket's timeout is set
+    to what is left, at most the I/O timeout."""
+
+    __slots__ = ("deadline", "io_timeout_s", "sock")
+
+    def __init__(self, io_timeout_s: float, deadline: float | None) -> None:
+        self.io_timeout_s = io_timeout_s
+        self.deadline = deadline
+        self.sock: socket.socket | None = None
+
+    def __call__(self) -> None:
+        """Before a wait on ``sock``: TimeoutError when the deadline passed."""
+        if self.deadline is None or self.sock is None:
+            return
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the call's deadline passed")
+        self.sock.settimeout(min(self.io_timeout_s, left))
+
+    def wait_s(self) -> float:
+        """How long making a connection may take."""
+        if self.deadline is None:
+            return self.io_timeout_s
+        return min(self.io_timeout_s, max(self.deadline - time.monotonic(), 0.001))
+
+    def passed(self, exc: BaseException | None = None) -> bool:
+        """Whether the deadline passed (and ``exc``, if given, is a timeout)."""
+        if exc is not None and not isinstance(exc, TimeoutError):
+            return False
+        return self.deadline is not None and time.monotonic() >= self.deadline - 0.001
+
+    def late(self, what: str) -> Exception:
+        return error_for("DEADLINE_EXCEEDED", f"{what}: not done by its call's deadline")
+
+
 class BulkPool:
     def __init__(
         self,
@@ -141,33 +180,53 @@ class BulkPool:
         max_idle: int = 8,
     ) -> None:
         self.credential = credential
+        self._io_timeout_s = io_timeout_s
         self._pool = IdleSockets(io_timeout_s, max_idle)
         self._give_back = self._pool.give_back
         self.close = self._pool.close
 
-    def _take(self, address: str) -> tuple[socket.socket, bool]:
+    def _take(self, address: str, bound: _Bound) -> tuple[socket.socket, bool]:
         """A connection and whether it was reused from the pool."""
         sock = self._pool.take(address)
         if sock is not None:
             return sock, True
-        return self._pool.connect(address), False
+        try:
+            return self._pool.connect(address, bound.wait_s()), False
+        except BulkUnreachable:
+            if bound.passed():
+                raise bound.late(f"bulk connection to {address}") from None
+            raise
 
-    def _start(self, address: str, ticket_id: bytes) -> socket.socket:
+    def _done(self, address: str, sock: socket.socket, bound: _Bound) -> None:
+        """Pool a connection whose transfer ended in step (its I/O timeout back)."""
+        if bound.deadline is not None:
+            sock.settimeout(self._io_timeout_s)
+        self._give_back(address, sock)
+
+    def _start(self, address: str, ticket_id: bytes, bound: _Bound) -> socket.socket:
         """Open (or reuse) a connection and present the ticket; returns once the
-        daemon said go. A stale pooled connection is replaced once."""
+        daemon said go. A stale pooled connection is replaced once. Past the
+        call's deadline (``bound``): DeadlineError, no byte of a value sent."""
+        if bound.passed():
+            raise bound.late(f"bulk transfer to {address}")
         for _attempt in range(2):
             # BulkUnreachable when refused / unreachable: the daemon is gone or moved
-            sock, reused = self._take(address)
+            sock, reused = self._take(address, bound)
+            bound.sock = sock
             try:
-                status, delivered = present(sock, preamble(ticket_id, self.credential))
+                status, delivered = present(
+                    sock, preamble(ticket_id, self.credential), before_wait=bound
+                )
             except (OSError, BulkBroken) as exc:
                 sock.close()
+                if bound.passed(exc):
+                    raise bound.late(f"bulk ticket presented to {address}") from None
                 if reused:
                     continue
                 raise BulkBroken(f"bulk connection to {address} failed: {exc}") from None
             if status.code != "OK":
                 if delivered:  # a refused ticket leaves the connection usable
-                    self._give_back(address, sock)
+                    self._done(address, sock, bound)
                 else:
                     sock.close()
                 raise error_for(status.code, status.message, status.request_id)
@@ -175,21 +234,33 @@ class BulkPool:
         raise BulkBroken(f"bulk connection to {address} failed twice")
 
     def put(
-        self, address: str, ticket_id: bytes, views: Sequence[memoryview]
+        self,
+        address: str,
+        ticket_id: bytes,
+        views: Sequence[memoryview],
+        deadline: float | None = None,
     ) -> dataplane_pb2.TransferStatus:
         """Send the objects' bytes in ticket order; returns the daemon's final status
         (its ``metas`` are the committed objects). Raises the daemon's error, or
-        BulkBroken if the connection failed (then nothing was stored)."""
-        sock = self._start(address, ticket_id)
+        BulkBroken if the connection failed (then nothing was stored). Every
+        wait ends by ``deadline`` (the call's, ``time.monotonic``; None: the I/O
+        timeout alone): past it DeadlineError, the connection closed (a put cut
+        off before its final status stores nothing unless the daemon had its
+        bytes and committed them)."""
+        bound = _Bound(self._io_timeout_s, deadline)
+        sock = self._start(address, ticket_id, bound)
         try:
             for view in views:
                 if len(view):
+                    bound()
                     sock.sendall(view)
-            status = read_status(sock)
+            status = read_status(sock, bound)
         except (OSError, BulkBroken) as exc:
             sock.close()
+            if bound.passed(exc):
+                raise bound.late(f"bulk put to {address}") from None
             raise BulkBroken(f"bulk put to {address} broke: {exc}") from None
-        self._give_back(address, sock)
+        self._done(address, sock, bound)
         if status.code != "OK":
             raise error_for(status.code, status.message, status.request_id)
         return status
@@ -199,7 +270,7 @@ class BulkPool:
     ) -> dataplane_pb2.TransferStatus:
         """A stream ticket's bytes from ``chunks`` (produced as they are sent), then
         the daemon's final status. Raises the daemon's error, or BulkBroken."""
-        sock = self._start(address, ticket_id)
+        sock = self._start(address, ticket_id, _Bound(self._io_timeout_s, None))
         try:
             for chunk in chunks:
                 if len(chunk):
@@ -223,7 +294,7 @@ class BulkPool:
     ) -> None:
         """A stream ticket's ``nbytes``, through ``buffer``, handed to ``on_data``
         a buffer at a time. Raises BulkBroken if the connection ends early."""
-        sock = self._start(address, ticket_id)
+        sock = self._start(address, ticket_id, _Bound(self._io_timeout_s, None))
         try:
             left = nbytes
             while left:
@@ -239,64 +310,90 @@ class BulkPool:
             raise
         self._give_back(address, sock)
 
-    def get(self, address: str, ticket_id: bytes, outs: Sequence[memoryview]) -> None:
-        """Receive the streamed objects' bytes into ``outs`` (exact sizes, ticket order)."""
-        sock = self._start(address, ticket_id)
+    def get(
+        self,
+        address: str,
+        ticket_id: bytes,
+        outs: Sequence[memoryview],
+        deadline: float | None = None,
+    ) -> None:
+        """Receive the streamed objects' bytes into ``outs`` (exact sizes, ticket
+        order). Every wait ends by ``deadline`` (as ``put``'s): past it
+        DeadlineError, the connection closed."""
+        bound = _Bound(self._io_timeout_s, deadline)
+        sock = self._start(address, ticket_id, bound)
         try:
             for out in outs:
-                recv_exact(sock, out)
+                recv_exact(sock, out, bound)
         except (OSError, BulkBroken) as exc:
             sock.close()
+            if bound.passed(exc):
+                raise bound.late(f"bulk get from {address}") from None
             raise BulkBroken(f"bulk get from {address} broke: {exc}") from None
-        self._give_back(address, sock)
+        self._done(address, sock, bound)
 
 
-def recv_exact(sock: socket.socket, view: memoryview) -> None:
-    """Fill ``view`` from ``sock``; each wait is bounded by the socket's timeout.
-    (A bulk session's reads, which a call's deadline also bounds, go through
-    ``Session``'s read-ahead instead.)"""
+def recv_exact(
+    sock: socket.socket, view: memoryview, before_wait: Callable[[], None] | None = None
+) -> None:
+    """Fill ``view`` from ``sock``; each wait is bounded by the socket's timeout,
+    which ``before_wait`` (run before each receive) may set. (A bulk session's
+    reads go through ``Session``'s read-ahead instead.)"""
     size = len(view)
     got = 0
     while got < size:
+        if before_wait is not None:
+            before_wait()
         n = sock.recv_into(view[got:] if got else view, size - got)
         if n == 0:
             raise BulkBroken(f"connection closed after {got} of {size} bytes")
         got += n
 
 
-def read_frame(sock: socket.socket, limit_bytes: int = MAX_STATUS_BYTES) -> bytes:
+def read_frame(
+    sock: socket.socket,
+    limit_bytes: int = MAX_STATUS_BYTES,
+    before_wait: Callable[[], None] | None = None,
+) -> bytes:
     """One length-prefixed frame's body (at most ``limit_bytes``)."""
     head = bytearray(LENGTH.size)
-    recv_exact(sock, memoryview(head))
+    recv_exact(sock, memoryview(head), before_wait)
     (length,) = LENGTH.unpack(head)
     if length > limit_bytes:
         raise BulkBroken(f"frame of {length} bytes exceeds {limit_bytes}")
     body = bytearray(length)
-    recv_exact(sock, memoryview(body))
+    recv_exact(sock, memoryview(body), before_wait)
     return bytes(body)
 
 
-def present(sock: socket.socket, opening: bytes) -> tuple[dataplane_pb2.TransferStatus, bool]:
+def present(
+    sock: socket.socket, opening: bytes, before_wait: Callable[[], None] | None = None
+) -> tuple[dataplane_pb2.TransferStatus, bool]:
     """Send a connection's opening (preamble, ...) and read the daemon's answer;
     returns it and whether the opening was delivered. A daemon refusing a
     connection (every slot taken) answers and closes without reading it: on a
     Unix socket the send then fails (EPIPE) while the answer waits to be read,
-    so it is read then too. Raises OSError or BulkBroken when there is none."""
+    so it is read then too. Raises OSError or BulkBroken when there is none.
+    ``before_wait`` runs before the send and each receive (see ``recv_exact``)."""
     try:
+        if before_wait is not None:
+            before_wait()
         sock.sendall(opening)
     except (BrokenPipeError, ConnectionResetError) as exc:
         try:
-            status = read_status(sock)
+            status = read_status(sock, before_wait)
         except (OSError, BulkBroken):
             raise exc from None
         if status.code == "OK":  # it cannot have accepted what it did not get
             raise exc from None
         return status, False
-    return read_status(sock), True
+    return read_status(sock, before_wait), True
 
 
-def read_status(sock: socket.socket) -> dataplane_pb2.TransferStatus:
+def read_status(
+    sock: socket.socket, before_wait: Callable[[], None] | None = None
+) -> dataplane_pb2.TransferStatus:
     """One STATUS frame, read exactly (nothing after it is consumed)."""
     msg = dataplane_pb2.TransferStatus()
-    msg.ParseFromString(read_frame(sock))
+    msg.ParseFromString(read_frame(sock, before_wait=before_wait))
     return msg

@@ -783,8 +783,11 @@ class DataPlane:
             self.time_left(deadline),
         )
         try:
-            status = self._bulk.put(
-                self._reachable(ticket.address or offer.bulk_address), ticket.ticket_id, views
+            status = self._bulk.put(  # its bytes too end by the call's deadline
+                self._reachable(ticket.address or offer.bulk_address),
+                ticket.ticket_id,
+                views,
+                deadline,
             )
         except BulkBroken:
             self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
@@ -1212,10 +1215,11 @@ class DataPlane:
         results, streamed = self._landing(ticket, target, fresh)
         if streamed:
             try:
-                self._bulk.get(
+                self._bulk.get(  # its bytes too end by the call's deadline
                     self._reachable(ticket.address or offer.bulk_address),
                     ticket.ticket_id,
                     streamed,
+                    deadline,
                 )
             except BulkBroken:
                 self._bulk_down_until = time.monotonic() + BULK_COOLDOWN_S
