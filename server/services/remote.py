@@ -5,7 +5,8 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
 * **publish** (``tiers.remote.share``) — every committed put of a shared kind
   (``tiers.remote.kinds``, KV blocks by default) that no session owns (the
   store keeps no owner: other daemons would adopt a session's object as
-  unowned) is queued and copied to the remote store by one background
+  unowned; a plain owner tag, an id this daemon never opened, is no session)
+  is queued and copied to the remote store by one background
   thread, in batches (write-behind: puts never wait for the remote store). A
   published object carries ``FLAG_REMOTE``, so demoting it later copies
   nothing. The queue is bounded (``publish_queue_bytes``); a put that finds
@@ -56,6 +57,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -89,6 +91,14 @@ MAX_DEFERRED_PUBLISHES = 65_536
 PUBLISH_ATTEMPTS = 3
 #: Pause of the writer after a failed upload before it tries again (seconds).
 PUBLISH_RETRY_PAUSE_S = 0.25
+
+
+class _Sessions(Protocol):
+    """What ``RemoteService._private`` asks the session service."""
+
+    def get(self, session: str) -> object | None: ...
+
+    def was_closed(self, session: str) -> bool: ...
 
 
 @dataclass(slots=True)
@@ -227,12 +237,13 @@ class RemoteService:
 
     # -- queueing (hooks; called by puts and removals) ----------------------------------
     def _committed(self, meta: ObjectMeta) -> None:
-        if meta.key.kind not in self.kinds or meta.session:
+        if meta.key.kind not in self.kinds or self._private(meta.session):
             # a session's object is private to it: the store keeps no owner, and
             # another daemon would adopt it as unowned (readable by anyone in the
             # namespace). An older, unowned version there is deleted by
             # ``_replaced``, or by the queued publish, which finds this version
-            # owned when its turn comes (``_publish``).
+            # private when its turn comes (``_publish``). An owner tag is
+            # published like an unowned put (see ``_private``).
             return
         size = meta.size_bytes
         key = meta.key.encode()
@@ -300,14 +311,32 @@ class RemoteService:
 
     def _owned(self, key: bytes) -> bool:
         """Whether ``key``'s current version belongs to a session, so it is never
-        published (call with the store lock)."""
+        published (call with the store lock; see ``_private``)."""
         entry = self.catalog.find(key)
-        return entry is not None and self._owned_row(entry.row)
+        return entry is not None and self._private(
+            self.catalog.sessions.name(int(self.catalog.index.cols["sess"][entry.row]))
+        )
 
     def _owned_row(self, row: int) -> bool:
-        """Whether the object in index row ``row`` belongs to a session (call
-        with the store lock)."""
+        """Whether the object in index row ``row`` has an owner, a session or a
+        plain owner tag (call with the store lock): reads of it are the guard's
+        to allow (``_may_read``)."""
         return int(self.catalog.index.cols["sess"][row]) != 0
+
+    def _private(self, owner: str) -> bool:
+        """Whether objects ``owner`` owns stay out of the shared store: ``owner``
+        is a session this daemon opened (open or closing) or remembers as
+        closed. Any other id is a plain owner tag (no quota, no isolation, as
+        before sessions existed; ``sessions/guard.py``), whose objects are
+        shared like unowned ones, as they were before sessions. The session
+        service is the one the object guard consults (``SessionGuard``); a
+        daemon without one has no sessions. Lock-free reads of its tables."""
+        if not owner:
+            return False
+        sessions: _Sessions | None = getattr(self.objects.guard, "_sessions", None)
+        return sessions is not None and (
+            sessions.get(owner) is not None or sessions.was_closed(owner)
+        )
 
     def _not_published(self, keys: Sequence[bytes]) -> None:
         """Publishes of ``keys`` were given up (the upload failed) or found their
@@ -491,7 +520,7 @@ class RemoteService:
                         stale.append(key)
                     continue
                 meta = catalog.meta(key, entry)
-                if meta.session:
+                if self._private(meta.session):
                     # a session put this version after the publish was queued: it
                     # stays private (see ``_committed``); the store may hold the
                     # unowned version it replaced
