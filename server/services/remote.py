@@ -313,9 +313,12 @@ class RemoteService:
         """Whether ``key``'s current version belongs to a session, so it is never
         published (call with the store lock; see ``_private``)."""
         entry = self.catalog.find(key)
-        return entry is not None and self._private(
-            self.catalog.sessions.name(int(self.catalog.index.cols["sess"][entry.row]))
-        )
+        return entry is not None and self._private_row(entry.row)
+
+    def _private_row(self, row: int) -> bool:
+        """Whether the object in index row ``row`` belongs to a session, so it is
+        never published (call with the store lock; see ``_private``)."""
+        return self._private(self.catalog.sessions.name(int(self.catalog.index.cols["sess"][row])))
 
     def _owned_row(self, row: int) -> bool:
         """Whether the object in index row ``row`` has an owner, a session or a
@@ -339,10 +342,11 @@ class RemoteService:
         )
 
     def _not_published(self, keys: Sequence[bytes]) -> None:
-        """Publishes of ``keys`` were given up (the upload failed) or found their
-        object gone or damaged: delete what the store holds under their names
-        (an older version), unless a later put queued them again (that publish
-        replaces it, or ends here in turn)."""
+        """Publishes of ``keys`` were given up (the upload failed), found their
+        object gone or damaged, or uploaded a version replaced meanwhile (a
+        session's put took the key over during the upload): delete what the
+        store holds under their names (an older version), unless a later put
+        queued them again (that publish replaces it, or ends here in turn)."""
         with self._cond:
             self._queue_deletes(
                 [k for k in keys if k not in self._queued_keys and k not in self._deferred]
@@ -555,15 +559,27 @@ class RemoteService:
                 op = by_key[key]
                 if op.attempt + 1 < PUBLISH_ATTEMPTS:
                     retry.append(_Op(False, key, op.size, op.attempt + 1))
+        #: keys uploaded whose object was replaced during the upload (say, a
+        #: session took the key over): what landed is an older version
+        overtaken: list[bytes] = []
         with store.lock:
             for (key, entry, _, _), ok in zip(items, stored, strict=True):
                 now = catalog.find(key) if ok else None
-                if now is not None and (now.checksum, now.size) == (entry.checksum, entry.size):
+                if now is None:
+                    # not stored, or removed meanwhile: a delete on purpose queued
+                    # the remote delete (``_removed``); an eviction keeps the copy
+                    continue
+                if (now.checksum, now.size) == (entry.checksum, entry.size) and not (
+                    self._private_row(now.row)
+                ):
                     catalog.set_remote(now.row, True)
+                else:
+                    overtaken.append(key)
         retried = {op.key for op in retry}
         self._not_published(
             [
                 *stale,
+                *overtaken,
                 *(
                     key
                     for (key, _, _, _), ok in zip(items, stored, strict=True)
