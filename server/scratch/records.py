@@ -31,6 +31,11 @@ class RecordDurability(IntEnum):
 #: Bytes a record costs beyond its payload, key and tags (id, times, framing).
 RECORD_OVERHEAD_BYTES = 48
 MAX_TAG_BYTES = 256
+#: Tags starting with this are the daemon's: ``child:<id>`` marks the result
+#: record a closing child hands its parent (``child_result_tag``), and start-up
+#: recovery of an interrupted close finds that record by it, so client appends
+#: may not use it (``check_client_tags``).
+CHILD_RESULT_TAG_PREFIX = "child:"
 MAX_KEY_BYTES = 1024
 
 
@@ -79,6 +84,21 @@ def validate_record(
             raise InvalidArgument(f"tag {tag[:40]!r} must be 1..{MAX_TAG_BYTES} bytes without NUL")
     if len(key.encode()) > MAX_KEY_BYTES or "\x00" in key:
         raise InvalidArgument(f"record key must be at most {MAX_KEY_BYTES} bytes without NUL")
+
+
+def child_result_tag(child: str) -> str:
+    """The tag of the result record session ``child``'s close adds to its parent."""
+    return CHILD_RESULT_TAG_PREFIX + child
+
+
+def check_client_tags(tags: tuple[str, ...]) -> None:
+    """Refuse a client's record tagged as a child's result (reserved for the daemon)."""
+    for tag in tags:
+        if tag.startswith(CHILD_RESULT_TAG_PREFIX):
+            raise InvalidArgument(
+                f"tag {tag[:40]!r}: tags starting with {CHILD_RESULT_TAG_PREFIX!r} are reserved "
+                "for the daemon (they mark a closed child's result record); choose another tag"
+            )
 
 
 def to_stored(r: Record, vector: bytes = b"") -> agent_pb2.StoredRecord:

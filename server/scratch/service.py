@@ -50,6 +50,8 @@ from tiermem.server.scratch.records import (
     RecordDurability,
     RecordKind,
     batch_count,
+    check_client_tags,
+    child_result_tag,
     codec_id,
     decode_batch,
     encode_batch,
@@ -228,6 +230,7 @@ class ScratchService:
         cfg = self.config
         for r in records:
             validate_record(r.kind, r.key, r.payload, r.tags, cfg.max_record_bytes, cfg.max_tags)
+            check_client_tags(r.tags)
         # records count toward the session's quotas as ``session_usage`` counts
         # them: buffered in DRAM, then stored on SSD with an index entry in DRAM
         # (charged here at the larger of the two)
@@ -246,7 +249,7 @@ class ScratchService:
                 NewRecord(
                     RecordKind.RESULT,
                     payload,
-                    tags=("result", f"child:{child}"),
+                    tags=("result", child_result_tag(child)),
                     durability=RecordDurability.LOGGED,
                 )
             ],

@@ -13,9 +13,10 @@ the cleanup (the hooks free what is left; see ``SessionCleanup``), and so does
 the reaper. A resumed close hands the parent the result record and ledger
 entry the failed one already made (kept on the child in memory), not new ones.
 After a crash that memory is gone: ``finish_interrupted`` looks in the
-parent's scratchpad for a result record tagged with the child's id and
-written since the child was created (an earlier session with the same id had
-closed before this one was opened), and reuses it rather than adding another.
+parent's scratchpad for a result record tagged with the child's id (a tag
+only the daemon writes) and written since the child was created (an earlier
+session with the same id had closed before this one was opened), and reuses
+it rather than adding another.
 Each close claims the sessions it cleans up for its duration: a close that
 would take in a session another close is cleaning up waits for that one to
 end (at most ``_CLOSE_WAIT_S``), so no cleanup runs twice at once.
@@ -589,20 +590,23 @@ class SessionService:
         """The result record an interrupted close of ``top`` added to its parent's
         scratchpad before the crash, if any (call after the scratchpad recovered).
 
-        Its tags name the child; records of an earlier session with the same id
-        are older than ``top`` (it was closed before ``top`` was opened), so
-        only records written since ``top.created_ms`` count."""
+        Its tags name the child (``child_result_tag``, a tag only the daemon
+        writes: client appends of it are refused, so no record the parent or a
+        tool wrote is taken for the child's result); records of an earlier
+        session with the same id are older than ``top`` (it was closed before
+        ``top`` was opened), so only records written since ``top.created_ms``
+        count."""
         parent = self._sessions.get(top.parent) if top.parent else None
         if parent is None or parent.state != SessionState.OPEN or self.result_sink is None:
             return None
         # imported here: the scratchpad service imports this module
-        from tiermem.server.scratch.records import RecordKind
+        from tiermem.server.scratch.records import RecordKind, child_result_tag
         from tiermem.server.scratch.service import ReplayFilter
 
         flt = ReplayFilter(
             since_ms=top.created_ms,
             kinds=frozenset({int(RecordKind.RESULT)}),
-            tags=frozenset({f"child:{top.id}"}),
+            tags=frozenset({child_result_tag(top.id)}),
         )
         found = self.result_sink.replay(parent.id, flt)
         return found[-1] if found else None
