@@ -3,7 +3,8 @@
 One ``Transport`` (sync) or ``AsyncTransport`` per client; service-specific
 clients (objects, KV, vectors, ...) take it instead of opening channels of
 their own. Retries: UNAVAILABLE only (daemon starting or unreachable), with
-exponential backoff; every other status raises a typed error at once.
+exponential backoff; every other status raises a typed error at once. A call's
+timeout bounds all its attempts together (``retry_budget``).
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ def _pem(value: bytes | str | None) -> bytes | None:
         return f.read()
 
 
+def retry_budget(deadline: float, delay_s: float) -> float:
+    """What a retry starting after a backoff of ``delay_s`` would have of a
+    call's time (``deadline``, ``time.monotonic``); not above 0: no retry (the
+    last UNAVAILABLE is raised rather than a retry that cannot finish)."""
+    return deadline - time.monotonic() - delay_s
+
+
 class _Settings:
     def __init__(self, address: str, token: str | None, timeout_s: float, retries: int) -> None:
         self.address = address
@@ -109,17 +117,22 @@ class Transport(_Settings):
         return other
 
     def call(self, fn: Callable[[float], T], timeout_s: float | None = None) -> T:
-        """Run ``fn(deadline_s)``, retrying UNAVAILABLE; map failures to typed errors."""
+        """Run ``fn(timeout_s)``, retrying UNAVAILABLE; map failures to typed
+        errors. ``timeout_s`` (None: the client's) bounds all attempts together:
+        each retry gets what is left of it after its backoff."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
         delay = 0.05
         for attempt in range(self.retries + 1):
             try:
                 return fn(timeout)
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
-                    time.sleep(delay)
-                    delay = min(delay * 2, 2.0)
-                    continue
+                    timeout = retry_budget(deadline, delay)
+                    if timeout > 0:
+                        time.sleep(delay)
+                        delay = min(delay * 2, 2.0)
+                        continue
                 raise from_rpc_error(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -147,16 +160,20 @@ class AsyncTransport(_Settings):
             )
 
     async def call(self, fn: Callable[[float], Awaitable[T]], timeout_s: float | None = None) -> T:
+        """As ``Transport.call``: the timeout bounds all attempts together."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
         delay = 0.05
         for attempt in range(self.retries + 1):
             try:
                 return await fn(timeout)
             except grpc.RpcError as exc:
                 if exc.code() == grpc.StatusCode.UNAVAILABLE and attempt < self.retries:
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 2.0)
-                    continue
+                    timeout = retry_budget(deadline, delay)
+                    if timeout > 0:
+                        await asyncio.sleep(delay)
+                        delay = min(delay * 2, 2.0)
+                        continue
                 raise from_rpc_error(exc) from None
         raise AssertionError("unreachable")  # pragma: no cover
 

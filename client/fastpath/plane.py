@@ -324,9 +324,9 @@ class DataPlane:
     # -- what the daemon offers ---------------------------------------------------------
     def _call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
         """``fn(timeout)`` through the transport (UNAVAILABLE retried): each
-        attempt gets what is left of ``timeout_s``, so retries never outlast it."""
-        deadline = self.deadline_for(timeout_s)
-        return self._transport.call(lambda _t: fn(self.time_left(deadline)), timeout_s)
+        attempt gets what is left of ``timeout_s`` (``Transport.call``), so
+        retries never outlast it."""
+        return self._transport.call(fn, timeout_s)
 
     def _timeout(self, timeout_s: float | None) -> float:
         """A call's timeout: its own, else the client's (as gRPC calls get)."""
