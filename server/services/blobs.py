@@ -696,9 +696,20 @@ class BlobService:
                 )
             except BaseException:
                 # nothing was applied: no record names the bytes it adopted or
-                # the spaces it registered
-                self._discard_adopted(sha)
-                self._drop_spaces(created)
+                # the spaces it registered. Each cleanup runs whatever the other
+                # did; a failure of one is logged, and the put's own error is
+                # what the caller gets.
+                try:
+                    self._discard_adopted(sha)
+                except Exception:
+                    log.exception(
+                        "removing the payload %s of a failed blob put failed; it stays",
+                        sha.hex(),
+                    )
+                try:
+                    self._drop_spaces(created)
+                except Exception:
+                    log.exception("dropping the embedding spaces of a failed blob put failed")
                 raise
             self._synced(change)
             refs = self._refs(sha)
