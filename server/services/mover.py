@@ -12,6 +12,7 @@ object changed meanwhile and the new copy is thrown away.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Protocol
@@ -36,6 +37,11 @@ class RemoteWrites(Protocol):
 
     def release(self, key: bytes, *, orphaned: bool) -> None:
         """End the claim; ``orphaned``: the upload was not recorded (delete it)."""
+        ...
+
+    def private(self, owner: str) -> bool:
+        """Whether objects ``owner`` owns are a session's, uploaded private (a
+        plain owner tag's are shared like unowned ones)."""
         ...
 
 
@@ -239,6 +245,12 @@ class Mover:
         try:
             with self.store.lock:
                 meta = self.catalog.meta(encoded, entry)
+            writes = self.remote_writes
+            if meta.session and (writes is None or not writes.private(meta.session)):
+                # an owner tag: shared like no owner. A session's object keeps
+                # its owner, so the value is written private (``codec``): other
+                # daemons treat it as absent, this one reads it by its entry.
+                meta = dataclasses.replace(meta, session="")
             return remote.put([(meta, remote.pack(meta, view))])[0]
         except (Unavailable, NotFound):
             return False

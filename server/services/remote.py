@@ -79,6 +79,7 @@ from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.store import Store, ValueRead
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.remote import RemoteTier, RemoteValue
+from tiermem.server.tiers.remote.codec import private as private_value
 from tiermem.server.tiers.remote.engine import LandedValue, ReadValue, release_all
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ PUBLISH_RETRY_PAUSE_S = 0.25
 
 
 class _Sessions(Protocol):
-    """What ``RemoteService._private`` asks the session service."""
+    """What ``RemoteService.private`` asks the session service."""
 
     def get(self, session: str) -> object | None: ...
 
@@ -237,13 +238,13 @@ class RemoteService:
 
     # -- queueing (hooks; called by puts and removals) ----------------------------------
     def _committed(self, meta: ObjectMeta) -> None:
-        if meta.key.kind not in self.kinds or self._private(meta.session):
+        if meta.key.kind not in self.kinds or self.private(meta.session):
             # a session's object is private to it: the store keeps no owner, and
             # another daemon would adopt it as unowned (readable by anyone in the
             # namespace). An older, unowned version there is deleted by
             # ``_replaced``, or by the queued publish, which finds this version
             # private when its turn comes (``_publish``). An owner tag is
-            # published like an unowned put (see ``_private``).
+            # published like an unowned put (see ``private``).
             return
         size = meta.size_bytes
         key = meta.key.encode()
@@ -311,14 +312,14 @@ class RemoteService:
 
     def _owned(self, key: bytes) -> bool:
         """Whether ``key``'s current version belongs to a session, so it is never
-        published (call with the store lock; see ``_private``)."""
+        published (call with the store lock; see ``private``)."""
         entry = self.catalog.find(key)
         return entry is not None and self._private_row(entry.row)
 
     def _private_row(self, row: int) -> bool:
         """Whether the object in index row ``row`` belongs to a session, so it is
-        never published (call with the store lock; see ``_private``)."""
-        return self._private(self.catalog.sessions.name(int(self.catalog.index.cols["sess"][row])))
+        never published (call with the store lock; see ``private``)."""
+        return self.private(self.catalog.sessions.name(int(self.catalog.index.cols["sess"][row])))
 
     def _owned_row(self, row: int) -> bool:
         """Whether the object in index row ``row`` has an owner, a session or a
@@ -326,10 +327,12 @@ class RemoteService:
         to allow (``_may_read``)."""
         return int(self.catalog.index.cols["sess"][row]) != 0
 
-    def _private(self, owner: str) -> bool:
-        """Whether objects ``owner`` owns stay out of the shared store: ``owner``
-        is a session this daemon opened (open or closing) or remembers as
-        closed. Any other id is a plain owner tag (no quota, no isolation, as
+    def private(self, owner: str) -> bool:
+        """Whether objects ``owner`` owns are private to this daemon: never
+        published, and written private when demoted to the remote tier
+        (``codec.PRIVATE_OWNER``: other daemons treat them as absent). True when
+        ``owner`` is a session this daemon opened (open or closing) or remembers
+        as closed. Any other id is a plain owner tag (no quota, no isolation, as
         before sessions existed; ``sessions/guard.py``), whose objects are
         shared like unowned ones, as they were before sessions. The session
         service is the one the object guard consults (``SessionGuard``); a
@@ -524,13 +527,16 @@ class RemoteService:
                         stale.append(key)
                     continue
                 meta = catalog.meta(key, entry)
-                if self._private(meta.session):
+                if self.private(meta.session):
                     # a session put this version after the publish was queued: it
                     # stays private (see ``_committed``); the store may hold the
                     # unowned version it replaced
                     skipped += 1
                     stale.append(key)
                     continue
+                # an owner tag is shared like no owner (a value naming a session
+                # is private: ``codec.PRIVATE_OWNER``)
+                meta = dataclasses.replace(meta, session="")
                 value = store.lease_memory(entry) if entry.tier in store.memory else None
             try:
                 if value is None:
@@ -688,6 +694,9 @@ class RemoteService:
             if entry is not None:
                 store.forget_stale(key, entry)
             return None
+        if entry is None and private_value(value.meta):
+            value.release()  # a session's object another daemon demoted: absent here
+            return None
         try:
             if entry is None:
                 # adopting verifies the copy it makes (and so the payload)
@@ -819,6 +828,14 @@ class RemoteService:
             raise value
         if value is None:
             return None  # not in the store: the read reports it missing
+        if private_value(value.meta):
+            # a session's object another daemon demoted: absent here, a miss
+            if isinstance(value, LandedValue):
+                if landed is not None:
+                    drop(landed)
+            else:
+                value.release()
+            return None
         if isinstance(value, LandedValue):
             if landed is None:
                 raise InvariantViolation(f"{value.meta.key} landed in no extent")

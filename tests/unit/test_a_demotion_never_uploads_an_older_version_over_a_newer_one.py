@@ -42,6 +42,9 @@ class GatedClaims:
     def release(self, key: bytes, *, orphaned: bool) -> None:
         self.inner.release(key, orphaned=orphaned)
 
+    def private(self, owner: str) -> bool:
+        return bool(self.inner.private(owner))
+
 
 def test_a_version_published_meanwhile_is_not_overwritten(
     make_daemon: Any, monkeypatch: pytest.MonkeyPatch

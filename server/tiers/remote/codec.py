@@ -19,7 +19,8 @@ name the same chunk alike.
           16   u64  payload checksum (xxh3-64)
           24   u32  CRC-32 of the metadata bytes
           28   M    tiermem.v1.ObjectMeta (key, size, checksum, codec, tensor
-                    dtype/shape/memory format, profile; no session, no tier)
+                    dtype/shape/memory format, profile; no tier; as session
+                    "" or the private marker, see below)
         28+M   N    payload (the stored bytes, as in any local tier)
 
 A value may instead have a **head of fixed size** (magic "TMR2"): the same
@@ -29,6 +30,17 @@ A reader that must say where every byte goes before it reads any (Mooncake's
 where the payload starts, and lands it straight where it is wanted. Values of
 at least ``FIXED_HEAD_MIN_PAYLOAD_BYTES`` are written that way on Mooncake
 (``RemoteTier.pack``).
+
+**Private values.** The store keeps no owner. An object a session owns reaches
+the store only when its daemon demotes it there (sessions' objects are never
+published), under the shared name; its metadata then names ``PRIVATE_OWNER``
+as its session (never the session's id, which no other daemon knows; no
+session id can be it: ids have no NUL). Daemons that find such a value with no
+catalog entry of their own treat it as absent (``private``); the daemon that
+demoted it reads it back through its catalog entry, which names the owner.
+Values written before the marker name no session: shared, as they were. A
+daemon of an older version reads the marker as an unknown owner and adopts the
+value as before (no worse than without it).
 
 A reader checks the magic, the lengths, the metadata CRC and that the
 metadata names the object asked for, then hashes the payload: bytes that do
@@ -59,6 +71,8 @@ FIXED_HEAD_BYTES = 1024
 FIXED_HEAD_MIN_PAYLOAD_BYTES = 64 * 1024
 #: Largest metadata block a value may carry (a key is at most 1 KiB).
 MAX_META_BYTES = 64 * 1024
+#: Session named in the metadata of a value a session owns (see "Private values").
+PRIVATE_OWNER = "\x00private"
 #: Characters kept as they are in the key part of a name (everything else is %XX).
 _SAFE = "@-_.~:+=,!*()$"
 
@@ -70,8 +84,12 @@ def remote_name(deployment: str, key: ObjectKey) -> str:
 
 def encode_header(meta: ObjectMeta, fixed: bool = False) -> bytes:
     """Header plus metadata that precede the payload of ``meta``'s object;
-    ``fixed``: padded to FIXED_HEAD_BYTES (magic TMR2) when the metadata fits."""
-    shared = dataclasses.replace(meta, session="", tier=Tier.REMOTE, persisted=False)
+    ``fixed``: padded to FIXED_HEAD_BYTES (magic TMR2) when the metadata fits.
+    A ``meta`` that names a session is written private (``PRIVATE_OWNER``):
+    callers clear the session of an object a plain owner tag owns, which is
+    shared like an unowned one."""
+    owner = PRIVATE_OWNER if meta.session else ""
+    shared = dataclasses.replace(meta, session=owner, tier=Tier.REMOTE, persisted=False)
     body = meta_to_proto(shared).SerializeToString()
     if fixed and HEADER.size + len(body) <= FIXED_HEAD_BYTES:
         head = HEADER.pack(MAGIC_FIXED, len(body), meta.size_bytes, meta.checksum, zlib.crc32(body))
@@ -136,7 +154,16 @@ def decode_head(head: memoryview, value_len: int, key: ObjectKey, name: str) -> 
     if meta.key != key or meta.size_bytes != size or meta.checksum != checksum:
         raise Corrupted(f"remote value {name!r} describes another object ({meta.key})")
     meta.tier = Tier.REMOTE
+    if meta.session:
+        meta.session = PRIVATE_OWNER
     return meta
+
+
+def private(meta: ObjectMeta) -> bool:
+    """Whether a value read back (``meta`` from ``decode_head``) belongs to a
+    session of the daemon that wrote it: absent for any daemon without a
+    catalog entry for it (see "Private values")."""
+    return meta.session == PRIVATE_OWNER
 
 
 def decode(raw: memoryview, key: ObjectKey, name: str) -> tuple[ObjectMeta, memoryview]:
