@@ -300,6 +300,8 @@ class Daemon:
         agent = self.config.agent
         self.sessions = SessionService(agent.sessions, self.store, self.metrics)
         self.objects.guard = SessionGuard(self.sessions)
+        if self.remote is not None:  # which owners are sessions (private objects)
+            self.remote.sessions = self.sessions
         self.embedder = make_embedder(agent.scratch.embedder)
         self.memory_index = FaissMemoryIndex(self.embedder.dim)
         self.scratch = ScratchService(

@@ -175,6 +175,8 @@ class RemoteService:
         self.config = config
         self.catalog = store.catalog
         self.kinds = frozenset(Kind[name] for name in config.kinds)
+        #: the session service (``private``): set by the daemon once built
+        self.sessions: _Sessions | None = None
         self._ops: deque[_Op] = deque()
         #: keys with a publish waiting in ``_ops`` (a put of one of them again is
         #: carried by that publish, which reads the object when its turn comes)
@@ -335,14 +337,12 @@ class RemoteService:
         as closed. Any other id is a plain owner tag (no quota, no isolation, as
         before sessions existed; ``sessions/guard.py``), whose objects are
         shared like unowned ones, as they were before sessions. The session
-        service is the one the object guard consults (``SessionGuard``); a
-        daemon without one has no sessions. Lock-free reads of its tables."""
-        if not owner:
+        service is ``sessions`` (set by the daemon once it is built; None: no
+        sessions). Lock-free reads of its tables."""
+        sessions = self.sessions
+        if not owner or sessions is None:
             return False
-        sessions: _Sessions | None = getattr(self.objects.guard, "_sessions", None)
-        return sessions is not None and (
-            sessions.get(owner) is not None or sessions.was_closed(owner)
-        )
+        return sessions.get(owner) is not None or sessions.was_closed(owner)
 
     def _not_published(self, keys: Sequence[bytes]) -> None:
         """Publishes of ``keys`` were given up (the upload failed), found their
