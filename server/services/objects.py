@@ -100,7 +100,22 @@ def _group_totals(
 
 
 class _Contended(Exception):
-    """An unlocked read met a change (or a queued promotion): read under the lock."""
+    """An unlocked read met a queued promotion or an HBM copy: read under the lock."""
+
+
+class _Busy(Exception):
+    """An unlocked read met a writer (the lock taken, a location freed): try again."""
+
+
+#: What ``_read_resident_unlocked`` did: read everything; met the lock held (or
+#: taken meanwhile: worth another try once it is free); must read under the lock.
+_READ, _BUSY, _LOCK = 0, 1, 2
+#: How long an unlocked read that met the lock held waits for it to be free
+#: before it reads under it (seconds): most holds are far shorter, and a reader
+#: queued for the lock waits behind every writer queued before it.
+UNLOCKED_READ_WAIT_S = 0.002
+#: Unlocked tries of a read after its first met the lock held.
+UNLOCKED_READ_RETRIES = 2
 
 
 @dataclass(slots=True)
@@ -936,7 +951,12 @@ class ObjectService:
         store, catalog, memory = self.store, self.catalog, self.store.memory
         encoded = [key.encode() for key in keys]
         served: dict[tuple[str, str], int] = {}
-        if self._read_resident_unlocked(keys, encoded, caller, readers, served):
+        how = self._read_resident_unlocked(keys, encoded, caller, readers, served)
+        tries = UNLOCKED_READ_RETRIES
+        while how == _BUSY and tries and store.lock.wait_free(UNLOCKED_READ_WAIT_S) is not None:
+            tries -= 1
+            how = self._read_resident_unlocked(keys, encoded, caller, readers, served)
+        if how == _READ:
             self._count_served(served)
             return
         found: list[tuple[int, Entry, pb.ObjectMeta, ObjectMeta | None]] = []
@@ -981,17 +1001,20 @@ class ObjectService:
         caller: str,
         readers: list[ObjectRead | None],
         served: dict[tuple[str, str], int],
-    ) -> bool:
+    ) -> int:
         """``_read_resident`` without taking the store lock (see ``StoreLock``):
         find and lease the objects, then check that nobody took the lock
-        meanwhile. True: done (reads counted through ``touch_later``). False:
-        nothing done (the lock was or became held, a read has a queued
-        promotion, a check failed, or too many reads wait to be counted); the
-        caller reads under the lock."""
+        meanwhile. ``_READ``: done (reads counted through ``touch_later``).
+        Otherwise nothing is done: ``_BUSY``, the lock was or became held (try
+        again once it is free); ``_LOCK``, a read has a queued promotion or is
+        on HBM, a check failed, or too many reads wait to be counted (read
+        under the lock)."""
         store, catalog, memory = self.store, self.catalog, self.store.memory
+        if len(catalog.pending_touches) >= MAX_PENDING_TOUCHES:
+            return _LOCK
         version = store.lock.free_version()
-        if version is None or len(catalog.pending_touches) >= MAX_PENDING_TOUCHES:
-            return False
+        if version is None:
+            return _BUSY
         promotions = self.placement.promotions
         found: list[tuple[int, Entry, pb.ObjectMeta, ObjectMeta | None, ValueRead]] = []
         try:
@@ -1010,14 +1033,14 @@ class ObjectService:
                     self.guard.check_access(meta, caller, write=False)
                 value = store.try_lease_memory(entry)
                 if value is None:
-                    raise _Contended
+                    raise _Busy
                 found.append((i, entry, wire, meta, value))
             if not store.lock.unchanged(version):
-                raise _Contended
-        except Exception:  # a refusal, or a state changing under the read: ask again locked
+                raise _Busy
+        except Exception as exc:  # a refusal, or a state changing under the read
             for *_rest, value in found:
                 value.release()
-            return False
+            return _BUSY if isinstance(exc, _Busy) else _LOCK
         catalog.touch_later([f[1].row for f in found], [encoded[f[0]] for f in found])
         for i, entry, wire, meta, value in found:
             readers[i] = ObjectRead(
@@ -1025,7 +1048,7 @@ class ObjectService:
             )
             label = (keys[i].kind.name, entry.tier.name)
             served[label] = served.get(label, 0) + 1
-        return True
+        return _READ
 
     def _count_served(self, served: dict[tuple[str, str], int]) -> None:
         store = self.store

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 
@@ -82,6 +83,23 @@ class StoreLock:
         ``unchanged`` after reading without the lock."""
         version = self.version
         return None if version & 1 else version
+
+    def wait_free(self, timeout_s: float, poll_s: float = 100e-6) -> int | None:
+        """``free_version`` once nobody holds the lock, polled every ``poll_s``
+        (sleeping, so the holder has the interpreter) for at most
+        ``timeout_s``; None if it stayed held. A reader waiting this way does
+        not queue for the lock behind writers that are waiting for it too."""
+        version = self.version
+        if not version & 1:
+            return version
+        deadline = time.monotonic() + timeout_s
+        while True:
+            time.sleep(poll_s)
+            version = self.version
+            if not version & 1:
+                return version
+            if time.monotonic() >= deadline:
+                return None
 
     def unchanged(self, version: int) -> bool:
         """Whether nobody took the lock since ``free_version`` returned ``version``."""

@@ -147,3 +147,33 @@ def test_reads_queued_without_the_lock_count_as_many_as_the_same_reads_under_it(
         rate = {name: float(cols["rate"][row]) for name, row in rows.items()}
     assert rate["b"] == pytest.approx(rate["a"], rel=1e-3)
     assert rate["b"] > rate["c"] > 0.5 * 0.99  # three reads count more than one
+
+
+def test_a_read_that_meets_a_short_hold_waits_for_it_to_end_without_queueing(
+    make_daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A read that finds the lock held waits (up to ``UNLOCKED_READ_WAIT_S``)
+    for it to be free and reads again without it, instead of queueing for the
+    lock behind the writers waiting for it; a hold longer than that wait still
+    ends in a read under the lock (``test_a_read_waits_for_a_lock_held_elsewhere``)."""
+    from tiermem.server.services import objects
+
+    monkeypatch.setattr(objects, "UNLOCKED_READ_WAIT_S", 10.0)
+    daemon: Daemon = make_daemon(**QUIET)
+    value = os.urandom(4096)
+    with Client(daemon.address) as client:
+        client.put(Kind.SCRATCH, "a", value)
+    lock = daemon.store.lock
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(_read(daemon, "a")))
+    with lock:
+        held = lock.version
+        reader.start()
+        reader.join(0.2)
+        assert reader.is_alive()  # waiting for the hold to end
+    reader.join(10)
+    assert got == [value]
+    assert lock.version == held + 1  # only the holder's release: the read took no lock
+    assert not daemon.store.leases.leased_locations(
+        daemon.store.catalog.find(_key("a").encode()).tier
+    )
