@@ -92,6 +92,8 @@ class StoreLock:
         version = self.version
         if not version & 1:
             return version
+        if self._lock._is_owned():  # type: ignore[attr-defined]
+            return None  # held by this very thread: it cannot become free meanwhile
         deadline = time.monotonic() + timeout_s
         while True:
             time.sleep(poll_s)

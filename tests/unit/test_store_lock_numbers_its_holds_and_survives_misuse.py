@@ -67,3 +67,16 @@ def test_work_run_as_it_is_taken_never_leaves_it_held() -> None:
     taken.start()
     taken.join(10)
     assert not taken.is_alive()
+
+
+def test_waiting_for_a_free_lock_its_own_thread_holds_gives_up_at_once() -> None:
+    """A reader that already holds the lock (reentrant) must not wait for it to
+    be free: it never would be while that thread waits."""
+    import time
+
+    lock = StoreLock()
+    assert lock.wait_free(5.0) == 0
+    with lock:
+        started = time.monotonic()
+        assert lock.wait_free(5.0) is None
+        assert time.monotonic() - started < 1.0
