@@ -54,6 +54,7 @@ from tiermem.client._transport import Transport
 from tiermem.client._wire import HAVE_XXHASH
 from tiermem.client.errors import (
     ChecksumError,
+    DeadlineError,
     FailedPreconditionError,
     InvalidArgumentError,
     TiermemClientError,
@@ -77,6 +78,8 @@ RECV_UNIT_BYTES = 8 << 20
 MIN_STREAM_BYTES_PER_S = 20e6
 #: Upload failures (dropped connections) resumed before giving up.
 DEFAULT_RETRIES = 3
+#: A put giving up on its timeout aborts the upload it opened within this (best effort).
+ABORT_TIMEOUT_S = 1.0
 
 Verify = Literal["auto", "blocks", "sha256", "none"]
 Source = str | os.PathLike[str] | bytes | bytearray | memoryview | BinaryIO
@@ -681,7 +684,7 @@ class BlobClient:
                 if sha256 is not None and sha256 != header.sha256:
                     raise ChecksumError("DATA_LOSS", "the given sha256 is not that of the source")
                 try:
-                    reply = self._begin(header, timeout_s)
+                    reply = self._begin(header, self._dp.time_left(deadline))
                 except InvalidArgumentError as exc:
                     if "inline_upload_max_bytes" not in exc.message:
                         raise
@@ -691,19 +694,31 @@ class BlobClient:
                     if progress is not None:
                         progress(src.size)
                     return _info(reply.blob)
-            reply = self._begin(header, timeout_s)
+            reply = self._begin(header, self._dp.time_left(deadline))
             if reply.HasField("blob"):
                 if progress is not None:
                     progress(src.size)
                 return _info(reply.blob)
             if on_upload_id is not None:
                 on_upload_id(reply.upload_id)
-            return self._send_all(
-                reply.upload_id, src, int(reply.acknowledged_offset), path, progress, retries,
-                timeout_s, deadline,
-            )  # fmt: skip
+            try:
+                return self._send_all(
+                    reply.upload_id, src, int(reply.acknowledged_offset), path, progress,
+                    retries, timeout_s, deadline,
+                )  # fmt: skip
+            except DeadlineError:
+                # the upload this call opened would hold the daemon's staging until
+                # its TTL; one the caller was told of (on_upload_id) is its to resume
+                if on_upload_id is None:
+                    self._abort_quietly(reply.upload_id)
+                raise
         finally:
             src.close()
+
+    def _abort_quietly(self, upload_id: str) -> None:
+        """Best effort, within ABORT_TIMEOUT_S: the call is failing already."""
+        with contextlib.suppress(TiermemClientError):
+            self.abort(upload_id, timeout_s=ABORT_TIMEOUT_S)
 
     def _begin(
         self, header: blobs_pb2.BeginUploadRequest, timeout_s: float | None
@@ -727,7 +742,7 @@ class BlobClient:
         deadline = self._dp.deadline_for(timeout_s)  # (see put)
         src = _Source(source)
         try:
-            status = self.status(upload_id, timeout_s=timeout_s)
+            status = self.status(upload_id, timeout_s=self._dp.time_left(deadline))
             if status.size_bytes != src.size:
                 raise InvalidArgumentError(
                     "INVALID_ARGUMENT",
