@@ -9,7 +9,9 @@ half the time and a third of the CPU of a redis-py pipeline), and fall back to
 redis-py when a node answers with an error (a MOVED after a resharding). A
 read that cannot reach a node refreshes redis-py's slot map, as redis-py's own
 commands do after a connection error, and is tried once more against the
-owners the map names then (a node stopped or failed over).
+owners the map names then (a node stopped or failed over). A read that times
+out (a slow node that took the connection) is a plain failure: no refresh, no
+second read.
 Connection and cluster errors raise ``RemoteError``; redis-py's own retries are
 turned off so the engine's deadline and retry budget are the only ones.
 """
@@ -134,7 +136,7 @@ class RedisClusterBackend(RemoteBackend):
         try:
             try:
                 got = self._raw.get(names, self._nodes_of(names), lander)
-            except Unreachable:
+            except Unreachable:  # refused, reset, closed; never a timeout
                 # A node is gone (stopped, failed over, its slots moved) and the
                 # slot map may still name it: refresh the map and read once more
                 # from the owners it names now. Without the lander: what the

@@ -18,8 +18,10 @@ or ``-ASK`` after a resharding, ``-LOADING``, an error) raises ``Redirected``
 or ``RespError`` after closing the connection, and the caller falls back to
 redis-py, which follows redirections and refreshes its slot map. Which node
 holds a name comes from redis-py's slot map; a node that cannot be reached
-(refused, reset, timed out, closed) raises ``Unreachable``, after which the
-caller refreshes that map (the node may have failed over or lost its slots).
+(refused, reset, closed) raises ``Unreachable``, after which the caller
+refreshes that map (the node may have failed over or lost its slots). A
+timeout is a plain ``RespError``: a slow node is still there, and neither a
+refresh nor a second read (another full timeout) would help.
 """
 
 from __future__ import annotations
@@ -50,8 +52,17 @@ class Redirected(RespError):
 
 
 class Unreachable(RespError):
-    """The connection to a node failed (refused, reset, timed out, closed by
-    the node): the slot map that named it may be out of date."""
+    """The connection to a node failed (refused, reset, closed by the node):
+    the slot map that named it may be out of date. Not a timeout (``_failed``)."""
+
+
+def _failed(what: str, exc: OSError) -> RespError:
+    """The error for a socket failure: ``Unreachable`` unless it timed out (a
+    slow node that took the connection is not gone; its slot map stays)."""
+    message = f"{what}{str(exc) or type(exc).__name__}"
+    if isinstance(exc, TimeoutError):  # socket.timeout
+        return RespError(message)
+    return Unreachable(message)
 
 
 class BufferPool:
@@ -223,7 +234,7 @@ class RawGetter:
         try:
             return _Conn(address, self._timeout_s, self._password)
         except OSError as exc:
-            raise Unreachable(f"connect to {address[0]}:{address[1]}: {exc}") from exc
+            raise _failed(f"connect to {address[0]}:{address[1]}: ", exc) from exc
 
     def _give(self, conn: _Conn) -> None:
         with self._lock:
@@ -243,7 +254,7 @@ class RawGetter:
         ``nodes[i]`` holds ``names[i]``. With ``lander``, a value may land past
         its head in the buffer it gives (``read_bulk``; LANDED there). Raises
         RespError (Redirected for an error reply, Unreachable when a
-        connection fails); buffers already taken are given back to the pool
+        connection fails other than by timing out); buffers already taken are given back to the pool
         then (what landed is the lander's to undo)."""
         by_node: dict[tuple[str, int], list[int]] = {}
         for i, node in enumerate(nodes):
@@ -266,8 +277,8 @@ class RawGetter:
             for got in out:
                 if isinstance(got, tuple):
                     self.pool.give(got[0])
-            if isinstance(exc, OSError):  # socket timeouts included
-                raise Unreachable(str(exc) or type(exc).__name__) from exc
+            if isinstance(exc, OSError):
+                raise _failed("", exc) from exc
             raise
         for conn, _index in conns:
             self._give(conn)
