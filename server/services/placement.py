@@ -847,16 +847,21 @@ class PlacementService:
         if tier is not None:
             for key, enc in zip(keys, encoded, strict=True):
                 self._place_for_pin(key, enc, tier)
-        out = []
         with self.store.lock:
+            # re-checked, every key before any is pinned: one may have been
+            # deleted, or another object taken its key, meanwhile; a refusal
+            # (NotFound, PermissionDenied) then leaves nothing pinned
+            found: list[tuple[bytes, Entry]] = []
             for key, enc in zip(keys, encoded, strict=True):
                 entry = self.catalog.find(enc)
-                # re-checked: another object may have taken the key meanwhile
                 if entry is None or not self._changeable_locked(enc, entry, caller, guard):
-                    raise NotFound(f"object {key} was deleted while being pinned")
+                    raise NotFound(
+                        f"object {key} was deleted while being pinned; nothing was pinned"
+                    )
+                found.append((enc, entry))
+            for enc, entry in found:
                 self._set_pin_locked(enc, entry, True)
-                out.append(entry.tier)
-        return out
+            return [entry.tier for _enc, entry in found]
 
     def _place_for_pin(self, key: ObjectKey, enc: bytes, tier: Tier) -> None:
         with self.store.lock:
