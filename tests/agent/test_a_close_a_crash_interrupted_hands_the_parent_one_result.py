@@ -14,49 +14,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
+from tests.agent.failing_commit import CommitFailsOnceWhenArmed, InjectedFailure
 from tiermem.client import Client, RecordKind
 from tiermem.server.app import Daemon
 from tiermem.server.sessions.model import CloseReason
 
 
-class _Crash(Exception):
-    pass
-
-
-class _CommitFailsWhenArmed:
-    """The session service's RocksDB handle; once armed, its next batch commit
-    raises and writes nothing (a crash right before the close's final write)."""
-
-    def __init__(self, rocks: Any) -> None:
-        self._rocks = rocks
-        self.armed = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._rocks, name)
-
-    def batch(self) -> Any:
-        real = self._rocks.batch()
-        outer = self
-
-        class _Batch:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(real, name)
-
-            def commit(self, *args: Any, **kwargs: Any) -> None:
-                if outer.armed:
-                    outer.armed = False
-                    raise _Crash("injected: crashed before the close's final write")
-                real.commit(*args, **kwargs)
-
-        return _Batch()
-
-
 def _crash_after_the_result_record(daemon: Daemon) -> None:
-    rocks = _CommitFailsWhenArmed(daemon.sessions.rocks)
+    rocks = CommitFailsOnceWhenArmed(
+        daemon.sessions.rocks, "injected: crashed before the close's final write"
+    )
     daemon.sessions.rocks = rocks
     sink = daemon.sessions.result_sink
     assert sink is not None
@@ -75,7 +45,7 @@ def _crash_at_the_result_record(daemon: Daemon) -> None:
     assert sink is not None
 
     def append_crashes(parent: str, child: str, payload: bytes) -> int:
-        raise _Crash("injected: crashed before the result record was added")
+        raise InjectedFailure("injected: crashed before the result record was added")
 
     sink.append_result = append_crashes  # type: ignore[method-assign]
 
@@ -89,7 +59,7 @@ def test_an_interrupted_automatic_close_hands_the_parent_one_result(
         root = c.sessions.open(label="main")
         child = c.sessions.open(parent=root.id, label="sub", ttl_s=3600, lease_s=3600)
     _crash_after_the_result_record(daemon)
-    with pytest.raises(_Crash):
+    with pytest.raises(InjectedFailure):
         daemon.sessions.close(child.id, reason=reason)
     daemon.stop(grace_s=0)
 
@@ -113,7 +83,7 @@ def test_an_interrupted_client_close_keeps_its_result_and_counts_its_bytes(
         root = c.sessions.open(label="main")
         child = c.sessions.open(parent=root.id, label="sub")
     _crash_after_the_result_record(daemon)
-    with pytest.raises(_Crash):
+    with pytest.raises(InjectedFailure):
         daemon.sessions.close(child.id, result=b"the answer is 42")
     daemon.stop(grace_s=0)
 
@@ -137,7 +107,7 @@ def test_a_reused_child_id_does_not_take_the_earlier_childs_result_for_its_own(
         time.sleep(0.01)  # the next incarnation is created in a later millisecond
         c.sessions.open(parent=root.id, id="worker", label="second", ttl_s=3600)
     _crash_at_the_result_record(daemon)
-    with pytest.raises(_Crash):
+    with pytest.raises(InjectedFailure):
         daemon.sessions.close("worker", reason=CloseReason.EXPIRED)
     daemon.stop(grace_s=0)
 

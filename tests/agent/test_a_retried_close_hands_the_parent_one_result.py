@@ -5,51 +5,19 @@ before, every retry appended the record again and took another ledger slot."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
+from tests.agent.failing_commit import CommitFailsOnceWhenArmed, InjectedFailure
 from tiermem.client import Client, RecordKind
 from tiermem.server.app import Daemon
-
-
-class _Boom(Exception):
-    pass
-
-
-class _CommitFailsOnceWhenArmed:
-    """The session service's RocksDB handle; once armed, its next batch commit
-    raises (a failure past the result record, before the close's final write)."""
-
-    def __init__(self, rocks: Any) -> None:
-        self._rocks = rocks
-        self.armed = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._rocks, name)
-
-    def batch(self) -> Any:
-        real = self._rocks.batch()
-        outer = self
-
-        class _Batch:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(real, name)
-
-            def commit(self, *args: Any, **kwargs: Any) -> None:
-                if outer.armed:
-                    outer.armed = False
-                    raise _Boom("injected: the close's final write failed")
-                real.commit(*args, **kwargs)
-
-        return _Batch()
 
 
 def test_a_retried_close_adds_the_result_record_once(
     agent_daemon: Callable[..., Daemon],
 ) -> None:
     daemon = agent_daemon()
-    rocks = _CommitFailsOnceWhenArmed(daemon.sessions.rocks)
+    rocks = CommitFailsOnceWhenArmed(daemon.sessions.rocks)
     daemon.sessions.rocks = rocks
     sink = daemon.sessions.result_sink
     assert sink is not None
@@ -67,7 +35,7 @@ def test_a_retried_close_adds_the_result_record_once(
     with Client(daemon.address, timeout_s=30) as c:
         root = c.sessions.open(label="main")
         child = c.sessions.open(parent=root.id, label="sub")
-        with pytest.raises(_Boom):
+        with pytest.raises(InjectedFailure):
             daemon.sessions.close(child.id, result=b"the answer is 42")
         report = daemon.sessions.close(child.id, result=b"the answer is 42")
         assert report.sessions_closed == 1
