@@ -308,11 +308,12 @@ class RemoteService:
                 [
                     k
                     for k in keys
-                    if not (published and ObjectKey.decode(k).kind in self.kinds) or self._owned(k)
+                    if not (published and ObjectKey.decode(k).kind in self.kinds)
+                    or self._private_key(k)
                 ]
             )
 
-    def _owned(self, key: bytes) -> bool:
+    def _private_key(self, key: bytes) -> bool:
         """Whether ``key``'s current version belongs to a session, so it is never
         published (call with the store lock; see ``private``)."""
         entry = self.catalog.find(key)
