@@ -779,37 +779,40 @@ class PlacementService:
 
     def _readable(self, encoded: bytes, row: int, caller: str, guard: ObjectGuard) -> bool:
         """Whether a read made as ``caller`` would find the object at ``row``
-        (``ObjectGuard.check_access``); the record is read only when another
-        session owns it. Call with the store lock held."""
-        owner = int(self.catalog.index.cols["sess"][row])
-        if owner == 0 or self.catalog.sessions.name(owner) == caller:
-            return True
+        (``_allowed_locked`` with a read's rules; a read-only refusal is a
+        False here). Call with the store lock held."""
         try:
-            meta = self.catalog.meta(encoded, self.catalog.entry(row))
-            guard.check_access(meta, caller, write=False)
-        except (NotFound, PermissionDenied):
+            return self._allowed_locked(encoded, self.catalog.entry(row), caller, guard, False)
+        except PermissionDenied:
             return False
-        return True
 
     def _changeable_locked(
         self, encoded: bytes, entry: Entry, caller: str, guard: ObjectGuard | None
     ) -> bool:
         """Whether a change (a pin or an unpin) made as ``caller`` may touch the
-        object ``entry``, by the rules of an object delete made as it
-        (``ObjectGuard.check_access`` with ``write``): False when the object
-        does not exist for it (a sibling's); an ancestor's shared with it
-        read-only raises PermissionDenied. The record is read only when another
-        session owns it; no caller: a trusted tool, True. Call with the store
-        lock held."""
+        object ``entry``, by the rules of an object delete made as it: False
+        when the object does not exist for it (a sibling's); an ancestor's
+        shared with it read-only raises PermissionDenied. No caller: a trusted
+        tool, True. Call with the store lock held."""
         if not caller:
             return True
         if guard is None:
             raise InvariantViolation("a pin or unpin made as a session needs the object guard")
+        return self._allowed_locked(encoded, entry, caller, guard, True)
+
+    def _allowed_locked(
+        self, encoded: bytes, entry: Entry, caller: str, guard: ObjectGuard, write: bool
+    ) -> bool:
+        """``ObjectGuard.check_access`` of the object ``entry`` for ``caller``
+        (a session), its record read only when another session owns it (the
+        owner comes from the index): False when the object does not exist for
+        the caller; raises what the guard raises otherwise (PermissionDenied).
+        Call with the store lock held."""
         owner = int(self.catalog.index.cols["sess"][entry.row])
         if owner == 0 or self.catalog.sessions.name(owner) == caller:
             return True
         try:
-            guard.check_access(self.catalog.meta(encoded, entry), caller, write=True)
+            guard.check_access(self.catalog.meta(encoded, entry), caller, write=write)
         except NotFound:
             return False
         return True
