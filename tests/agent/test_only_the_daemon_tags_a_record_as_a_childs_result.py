@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.agent.failing_commit import InjectedFailure
 from tests.agent.test_a_close_a_crash_interrupted_hands_the_parent_one_result import (
-    _Crash,
     _crash_at_the_result_record,
 )
 from tiermem.client import Client, InvalidArgumentError, RecordKind
@@ -55,7 +55,7 @@ def test_recovery_never_takes_a_parent_written_record_for_the_childs_result(
                 root.id, RecordKind.RESULT, note, tags=[f"child:{child.id}"]
             )
     _crash_at_the_result_record(daemon)  # crash before the close's own record
-    with pytest.raises(_Crash):
+    with pytest.raises(InjectedFailure):
         daemon.sessions.close(child.id, reason=CloseReason.EXPIRED)
     daemon.stop(grace_s=0)
 
