@@ -54,7 +54,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -81,10 +81,12 @@ from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.remote import RemoteTier, RemoteValue
 from tiermem.server.tiers.remote.codec import private as private_value
 from tiermem.server.tiers.remote.engine import LandedValue, ReadValue, release_all
+from tiermem.server.tiers.remote.journal import DeleteJournal
 
 log = logging.getLogger(__name__)
 
-#: Most keys waiting for a remote delete; more are left to the store's own eviction.
+#: Most keys waiting in memory for a remote delete; more stay in the journal (and
+#: are deleted at the next start).
 MAX_PENDING_DELETES = 100_000
 #: Most keys whose publish waits for room in the full queue; more are skipped.
 MAX_DEFERRED_PUBLISHES = 65_536
@@ -186,6 +188,9 @@ class RemoteService:
         #: writer has made room (``_refill``)
         self._deferred: dict[bytes, int] = {}
         self._deletes = 0
+        #: keys whose remote copy must be deleted, kept until the delete is done
+        #: (a restarted daemon carries them out: ``start``)
+        self.journal = DeleteJournal(store.catalog.rocks)
         #: keys whose remote delete is queued or running: a read treats them as
         #: misses (else it would fetch the deleted value and adopt it again)
         self._deleting: dict[bytes, int] = {}
@@ -216,6 +221,18 @@ class RemoteService:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
+        """Queue the deletes the journal holds (left by a crash, or by a delete
+        that failed), then start the writer. Call before serving: reads treat
+        the keys as misses until their deletes ran."""
+        try:
+            left = self.journal.keys(MAX_PENDING_DELETES)
+        except TiermemError as exc:
+            left = []
+            log.error("the journal of remote deletes could not be read: %s", exc)
+        if left:
+            log.info("%d remote deletes left by the previous run are queued", len(left))
+            with self._cond:
+                self._queue_deletes(left, journal=False)
         self._thread = threading.Thread(target=self._run, name="tiermem-remote-writer", daemon=True)
         self._thread.start()
 
@@ -356,12 +373,21 @@ class RemoteService:
                 [k for k in keys if k not in self._queued_keys and k not in self._deferred]
             )
 
-    def _queue_deletes(self, keys: Sequence[bytes]) -> None:
-        """Queue remote deletes of ``keys`` after everything queued so far, up to
-        ``MAX_PENDING_DELETES`` (more are left to the store's own eviction; call
-        with _cond)."""
+    def _queue_deletes(self, keys: Sequence[bytes], *, journal: bool = True) -> None:
+        """Journal remote deletes of ``keys`` and queue them after everything
+        queued so far, up to ``MAX_PENDING_DELETES`` (more stay in the journal
+        only, for the next start; call with _cond). Called right after the
+        catalog write that makes the deletes necessary: the journal entry follows
+        it in the WAL, with the same durability (see ``DeleteJournal``). A
+        journal write that fails (a full disk) is logged; the deletes are queued
+        all the same. ``journal``: False for keys read from the journal."""
         if not keys:
             return
+        if journal:
+            try:
+                self.journal.add(keys)
+            except TiermemError as exc:
+                log.warning("%d remote deletes not journaled (%s)", len(keys), exc)
         room = max(0, MAX_PENDING_DELETES - self._deletes)
         for key in keys[:room]:
             self._ops.append(_Op(True, key, 0))
@@ -486,7 +512,27 @@ class RemoteService:
                     if retry and not self._stop:
                         self._cond.wait(PUBLISH_RETRY_PAUSE_S)
 
+    def _settled(self, keys: list[bytes]) -> None:
+        """Remove from the journal the keys of a delete batch that was carried
+        out (or found unnecessary), except those queued again meanwhile (their
+        later delete removes the entry; under _cond, which orders this after any
+        ``_queue_deletes`` of the same keys). A failure is logged: the deletes
+        are repeated at the next start."""
+        if not keys:
+            return
+        ours = Counter(keys)
+        with self._cond:
+            done = [k for k, n in ours.items() if self._deleting.get(k, 0) <= n]
+            if not done:
+                return
+            try:
+                self.journal.remove(done)
+            except TiermemError as exc:
+                log.warning("%d done remote deletes stay journaled (%s)", len(done), exc)
+
     def _delete(self, keys: list[bytes]) -> None:
+        """Carry out a batch of deletes and take the keys off the journal; after a
+        failure the deleted keys stay journaled (carried out at the next start)."""
         # Each delete was queued for a version older than the one the catalog may
         # name now: a key whose current version has a remote copy (a demotion
         # uploaded it directly, after the delete was queued) keeps it. No upload
@@ -500,11 +546,14 @@ class RemoteService:
             for k, e in zip(keys, current, strict=True)
             if e is None or not (e.remote_copy or e.tier == Tier.REMOTE)
         ]
-        if not doomed:
-            return
-        # a failure is counted and logged by the engine; the store evicts orphans itself
-        with contextlib.suppress(Unavailable):
-            self.remote.delete(doomed)
+        if doomed:
+            try:
+                self.remote.delete(doomed)
+            except Unavailable:  # counted and logged by the engine
+                left = set(doomed)
+                self._settled([k for k in keys if k not in left])
+                return
+        self._settled(keys)
 
     def _publish(self, ops: list[_Op]) -> list[_Op]:
         """Upload a batch; returns the ops to try again (the upload failed, tries left)."""

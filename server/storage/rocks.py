@@ -53,6 +53,8 @@ COLUMN_FAMILIES: dict[str, str] = {
     "blob_uploads": "upload id -> UploadRecord (uploads in progress)",
     "blob_by_session": "session NUL namespace NUL key -> empty (session ownership index)",
     "blob_journal": "u64 BE seq -> JournalEntry (changes the search tables have not taken)",
+    # -- remote tier (server/tiers/remote/journal.py) --
+    "remote_deletes": "encoded-object-key -> empty (remote copies still to delete)",
 }
 
 
