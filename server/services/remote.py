@@ -191,6 +191,8 @@ class RemoteService:
         #: keys whose remote copy must be deleted, kept until the delete is done
         #: (a restarted daemon carries them out: ``start``)
         self.journal = DeleteJournal(store.catalog.rocks)
+        #: where the journal's next window starts (``_replay``; None: all queued)
+        self._replay_after: bytes | None = None
         #: keys whose remote delete is queued or running: a read treats them as
         #: misses (else it would fetch the deleted value and adopt it again)
         self._deleting: dict[bytes, int] = {}
@@ -221,18 +223,15 @@ class RemoteService:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        """Queue the deletes the journal holds (left by a crash, or by a delete
-        that failed), then start the writer. Call before serving: reads treat
-        the keys as misses until their deletes ran."""
-        try:
-            left = self.journal.keys(MAX_PENDING_DELETES)
-        except TiermemError as exc:
-            left = []
-            log.error("the journal of remote deletes could not be read: %s", exc)
-        if left:
-            log.info("%d remote deletes left by the previous run are queued", len(left))
-            with self._cond:
-                self._queue_deletes(left, journal=False)
+        """Queue the deletes the journal holds (left by a crash, by a delete that
+        failed, or by demotions of objects the restart purged; the first
+        ``MAX_PENDING_DELETES``, the rest as the queue drains), then start the
+        writer. Call before serving: reads treat the keys queued as misses
+        until their deletes ran."""
+        self._replay_after = b""
+        queued = self._replay()
+        if queued:
+            log.info("%d remote deletes left by the previous run are queued", queued)
         self._thread = threading.Thread(target=self._run, name="tiermem-remote-writer", daemon=True)
         self._thread.start()
 
@@ -419,7 +418,14 @@ class RemoteService:
         carries out a publish or delete of it (up to ``op_timeout_s``; False
         then: the demotion does not happen now). Until ``release``, the writer
         carries out no op on the key, so the delete check (``_delete``) never
-        runs between the upload and the catalog switch that records it."""
+        runs between the upload and the catalog switch that records it.
+
+        The key is journaled first (False if that fails): the upload is this
+        daemon's copy of an object whose record is volatile (no SSD copy once
+        it is served remotely), so a restart purges the record and deletes the
+        copy, which no daemon would otherwise delete (nor, for a session's
+        object, adopt). A delete of the key that the store carries out takes
+        it off the journal (the object was deleted or replaced)."""
         deadline = time.monotonic() + self.config.op_timeout_s
         with self._cond:
             while key in self._writing or key in self._claimed:
@@ -427,6 +433,13 @@ class RemoteService:
                 if left <= 0:
                     return False
                 self._cond.wait(left)
+            try:
+                self.journal.add([key])
+            except TiermemError as exc:
+                log.warning(
+                    "not demoting %s: journal write failed (%s)", ObjectKey.decode(key), exc
+                )
+                return False
             self._claimed.add(key)
             return True
 
@@ -463,6 +476,7 @@ class RemoteService:
 
     def _run(self) -> None:
         while True:
+            self._replay()
             with self._cond:
                 # (a demotion holds its claim for one upload: its own deadline bounds it)
                 while not self._stop and (not self._ops or self._ops[0].key in self._claimed):
@@ -512,12 +526,33 @@ class RemoteService:
                     if retry and not self._stop:
                         self._cond.wait(PUBLISH_RETRY_PAUSE_S)
 
+    def _replay(self) -> int:
+        """Queue the journal's next window of deletes once the queue has room
+        (from ``start``, then from the writer, which alone moves the cursor).
+        Keys journaled meanwhile may be queued again: a delete of a key whose
+        current version has a remote copy is spared (``_delete``). Returns how
+        many were queued."""
+        after = self._replay_after
+        if after is None or self._deletes > MAX_PENDING_DELETES // 2:
+            return 0
+        window = MAX_PENDING_DELETES - self._deletes
+        try:
+            keys = self.journal.keys(window, after=after)
+        except TiermemError as exc:
+            log.error("the journal of remote deletes could not be read: %s", exc)
+            keys = []
+        self._replay_after = keys[-1] if len(keys) >= window else None
+        with self._cond:
+            todo = [k for k in keys if k not in self._deleting]
+            self._queue_deletes(todo, journal=False)
+        return len(todo)
+
     def _settled(self, keys: list[bytes]) -> None:
-        """Remove from the journal the keys of a delete batch that was carried
-        out (or found unnecessary), except those queued again meanwhile (their
-        later delete removes the entry; under _cond, which orders this after any
-        ``_queue_deletes`` of the same keys). A failure is logged: the deletes
-        are repeated at the next start."""
+        """Remove from the journal the keys of a delete batch that the store
+        carried out, except those queued again meanwhile (their later delete
+        removes the entry; under _cond, which orders this after any
+        ``_queue_deletes`` or ``claim`` of the same keys). A failure is logged:
+        the deletes are repeated at the next start."""
         if not keys:
             return
         ours = Counter(keys)
@@ -531,8 +566,11 @@ class RemoteService:
                 log.warning("%d done remote deletes stay journaled (%s)", len(done), exc)
 
     def _delete(self, keys: list[bytes]) -> None:
-        """Carry out a batch of deletes and take the keys off the journal; after a
-        failure the deleted keys stay journaled (carried out at the next start)."""
+        """Carry out a batch of deletes and take the deleted keys off the journal.
+        A spared key (below) stays journaled: its current copy is a demotion's,
+        journaled by ``claim``, or a published one, which a delete at the next
+        start only turns into a miss. After a failure the keys stay journaled
+        (carried out at the next start)."""
         # Each delete was queued for a version older than the one the catalog may
         # name now: a key whose current version has a remote copy (a demotion
         # uploaded it directly, after the delete was queued) keeps it. No upload
@@ -546,14 +584,13 @@ class RemoteService:
             for k, e in zip(keys, current, strict=True)
             if e is None or not (e.remote_copy or e.tier == Tier.REMOTE)
         ]
-        if doomed:
-            try:
-                self.remote.delete(doomed)
-            except Unavailable:  # counted and logged by the engine
-                left = set(doomed)
-                self._settled([k for k in keys if k not in left])
-                return
-        self._settled(keys)
+        if not doomed:
+            return
+        try:
+            self.remote.delete(doomed)
+        except Unavailable:  # counted and logged by the engine
+            return
+        self._settled(doomed)
 
     def _publish(self, ops: list[_Op]) -> list[_Op]:
         """Upload a batch; returns the ops to try again (the upload failed, tries left)."""

@@ -41,10 +41,13 @@ class DeleteJournal:
         """Forget ``keys``: their remote deletes were carried out (one write)."""
         self._write(keys, remove=True)
 
-    def keys(self, limit: int) -> list[bytes]:
-        """Up to ``limit`` journaled keys, in key order."""
+    def keys(self, limit: int, after: bytes = b"") -> list[bytes]:
+        """Up to ``limit`` journaled keys after ``after`` (b"": from the first),
+        in key order."""
         out: list[bytes] = []
-        for key, _ in self._rocks.scan(COLUMN_FAMILY):
+        for key, _ in self._rocks.scan(COLUMN_FAMILY, start=after or None):
+            if key == after:
+                continue
             if len(out) >= limit:
                 break
             out.append(key)
