@@ -94,6 +94,8 @@ MAX_DEFERRED_PUBLISHES = 65_536
 PUBLISH_ATTEMPTS = 3
 #: Pause of the writer after a failed upload before it tries again (seconds).
 PUBLISH_RETRY_PAUSE_S = 0.25
+#: Pause after a failed remote delete before it is tried again (seconds).
+DELETE_RETRY_PAUSE_S = 0.5
 
 
 class _Sessions(Protocol):
@@ -193,6 +195,19 @@ class RemoteService:
         self.journal = DeleteJournal(store.catalog.rocks)
         #: where the journal's next window starts (``_replay``; None: all queued)
         self._replay_after: bytes | None = None
+        #: keys whose last remote delete failed. The store may still carry it
+        #: out (a call given up at its deadline runs on, and a slow store runs a
+        #: command it received late), so nothing is uploaded under the name (no
+        #: publish, no demotion) and reads treat it as a miss until a later
+        #: delete, started once each failed call on it had ended, is confirmed
+        #: (``_delete``). Each maps to the end events of failed calls that may
+        #: still be running.
+        self._fenced: dict[bytes, list[threading.Event]] = {}
+        #: fenced keys whose delete is tried again at ``_retry_at`` (monotonic s)
+        self._parked: dict[bytes, None] = {}
+        self._retry_at = 0.0
+        #: publishes of fenced keys (key -> size), queued when the fence is lifted
+        self._after_fence: dict[bytes, int] = {}
         #: keys whose remote delete is queued or running: a read treats them as
         #: misses (else it would fetch the deleted value and adopt it again)
         self._deleting: dict[bytes, int] = {}
@@ -395,9 +410,10 @@ class RemoteService:
         self._cond.notify()
 
     def deleting(self, key: bytes) -> bool:
-        """Whether a remote delete of ``key`` is queued or running."""
+        """Whether a remote delete of ``key`` is queued, running, or failed and
+        not yet confirmed by a later one."""
         with self._cond:
-            return key in self._deleting
+            return key in self._deleting or key in self._fenced
 
     def _held_back(self, key: bytes) -> bool:
         """Whether what the store holds under ``key``, an object this daemon has
@@ -407,6 +423,7 @@ class RemoteService:
         with self._cond:
             return (
                 key in self._deleting
+                or key in self._fenced
                 or key in self._queued_keys
                 or key in self._deferred
                 or key in self._publishing
@@ -416,7 +433,8 @@ class RemoteService:
     def claim(self, key: bytes) -> bool:
         """Reserve ``key`` for a demotion that uploads it: waits while the writer
         carries out a publish or delete of it (up to ``op_timeout_s``; False
-        then: the demotion does not happen now). Until ``release``, the writer
+        then: the demotion does not happen now; False too while a failed delete
+        of the key may still land: see ``_fenced``). Until ``release``, the writer
         carries out no op on the key, so the delete check (``_delete``) never
         runs between the upload and the catalog switch that records it.
 
@@ -433,6 +451,8 @@ class RemoteService:
                 if left <= 0:
                     return False
                 self._cond.wait(left)
+            if key in self._fenced:
+                return False
             try:
                 self.journal.add([key])
             except TiermemError as exc:
@@ -480,9 +500,14 @@ class RemoteService:
             with self._cond:
                 # (a demotion holds its claim for one upload: its own deadline bounds it)
                 while not self._stop and (not self._ops or self._ops[0].key in self._claimed):
+                    if self._parked and time.monotonic() >= self._retry_at:
+                        self._retry_parked()
+                        continue
                     self._busy = False
                     self._cond.notify_all()
-                    self._cond.wait()
+                    self._cond.wait(
+                        max(0.0, self._retry_at - time.monotonic()) if self._parked else None
+                    )
                 if self._stop:
                     self._busy = False
                     self._cond.notify_all()
@@ -565,12 +590,36 @@ class RemoteService:
             except TiermemError as exc:
                 log.warning("%d done remote deletes stay journaled (%s)", len(done), exc)
 
+    def _retry_parked(self) -> None:
+        """Queue the deletes of parked keys again (call with _cond); those past
+        ``MAX_PENDING_DELETES`` stay parked."""
+        room = max(0, MAX_PENDING_DELETES - self._deletes)
+        keys = list(self._parked)
+        again = [k for k in keys if k not in self._deleting][:room]
+        for key in again:
+            del self._parked[key]
+        self._retry_at = time.monotonic() + DELETE_RETRY_PAUSE_S
+        self._queue_deletes(again, journal=False)
+
+    def _lift(self, key: bytes) -> None:
+        """End a key's fence (call with _cond): its held publish is queued."""
+        del self._fenced[key]
+        self._parked.pop(key, None)
+        size = self._after_fence.pop(key, None)
+        if size is not None and key not in self._queued_keys and key not in self._deferred:
+            self._queue_publish(_Op(False, key, size))
+            self._cond.notify_all()
+
     def _delete(self, keys: list[bytes]) -> None:
         """Carry out a batch of deletes and take the deleted keys off the journal.
         A spared key (below) stays journaled: its current copy is a demotion's,
         journaled by ``claim``, or a published one, which a delete at the next
         start only turns into a miss. After a failure the keys stay journaled
-        (carried out at the next start)."""
+        and are fenced (``_fenced``) and tried again after
+        ``DELETE_RETRY_PAUSE_S``: a confirmed delete lifts a key's fence if
+        every failed call on it had ended when it started (a store serves a
+        node's commands in arrival order, so a late one has landed by then);
+        otherwise it is tried again."""
         # Each delete was queued for a version older than the one the catalog may
         # name now: a key whose current version has a remote copy (a demotion
         # uploaded it directly, after the delete was queued) keeps it. No upload
@@ -584,13 +633,34 @@ class RemoteService:
             for k, e in zip(keys, current, strict=True)
             if e is None or not (e.remote_copy or e.tier == Tier.REMOTE)
         ]
+        spared = set(keys).difference(doomed)
+        with self._cond:
+            for key in spared:
+                if key in self._fenced:
+                    self._parked[key] = None  # spared (not expected while fenced): later
+            clear = {k for k in doomed if all(e.is_set() for e in self._fenced.get(k, ()))}
         if not doomed:
             return
+        ended = threading.Event()
         try:
-            self.remote.delete(doomed)
+            self.remote.delete(doomed, ended.set)
         except Unavailable:  # counted and logged by the engine
+            with self._cond:
+                for key in doomed:
+                    running = [e for e in self._fenced.get(key, ()) if not e.is_set()]
+                    self._fenced[key] = [*running, ended]
+                    self._parked[key] = None
+                self._retry_at = time.monotonic() + DELETE_RETRY_PAUSE_S
             return
         self._settled(doomed)
+        with self._cond:
+            for key in doomed:
+                if key not in self._fenced:
+                    continue
+                if key in clear:
+                    self._lift(key)
+                else:  # an earlier call was still running: it may land after this one
+                    self._parked[key] = None
 
     def _publish(self, ops: list[_Op]) -> list[_Op]:
         """Upload a batch; returns the ops to try again (the upload failed, tries left)."""
@@ -604,6 +674,17 @@ class RemoteService:
         #: is gone (evicted before its turn: an eviction keeps the remote name, so
         #: a later read would adopt that version) or its copy here is damaged
         stale: list[bytes] = []
+        with self._cond:
+            # a failed delete of these may still land: published once it cannot
+            fenced = {op.key for op in ops if op.key in self._fenced}
+            for op in ops:
+                if op.key not in fenced:
+                    continue
+                if len(self._after_fence) < MAX_DEFERRED_PUBLISHES:
+                    self._after_fence[op.key] = op.size
+                else:
+                    skipped += 1  # the object stays local; its old version goes
+        ops = [op for op in ops if op.key not in fenced]
         by_key = {op.key: op for op in ops}
         for key in by_key:
             with store.lock:

@@ -178,6 +178,25 @@ class _Pending(Generic[T]):
     started: float
 
 
+def _when_all_done(futures: Sequence[Future[None]], fn: Callable[[], None]) -> None:
+    """Call ``fn`` once every one of ``futures`` is done (at once if none)."""
+    if not futures:
+        fn()
+        return
+    left = [len(futures)]
+    lock = threading.Lock()
+
+    def one_done(_f: Future[None]) -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            fn()
+
+    for future in futures:
+        future.add_done_callback(one_done)
+
+
 def release_all(values: Iterable[object]) -> None:
     """Release every RemoteValue among ``values``."""
     for value in values:
@@ -498,11 +517,28 @@ class RemoteTier:
         self._count_objects("exists", found, len(out) - found, "missing")
         return out
 
-    def delete(self, encoded_keys: Sequence[bytes]) -> None:
-        """Remove the objects' values (absent ones are ignored). Raises Unavailable."""
-        for part in self._batches(list(range(len(encoded_keys))), None):
-            names = [self.name_of(encoded_keys[i]) for i in part]
-            self._call("delete", partial(_delete, names))
+    def delete(
+        self, encoded_keys: Sequence[bytes], ended: Callable[[], None] | None = None
+    ) -> None:
+        """Remove the objects' values (absent ones are ignored). Raises Unavailable.
+
+        A delete given up at its deadline may still reach the store: the
+        backend's call runs on until its own client gives up, and a slow store
+        carries out a command it received late. ``ended`` is called once none
+        of the calls this delete made is still running (at once if it made
+        none; else from the pool thread that ends last): a command sent after
+        that reaches the store after them (each node serves its connections'
+        commands in the order they arrive)."""
+        calls: list[Future[None]] = []
+        try:
+            for part in self._batches(list(range(len(encoded_keys))), None):
+                names = [self.name_of(encoded_keys[i]) for i in part]
+                pending = self._start("delete", partial(_delete, names))
+                calls.append(pending.future)
+                self._finish(pending)
+        finally:
+            if ended is not None:
+                _when_all_done(calls, ended)
         self._count_objects("delete", len(encoded_keys), 0, "failed")
 
     def ping(self) -> bool:
