@@ -122,13 +122,19 @@ class RocksStore:
         read_only: bool = False,
     ) -> None:
         """``read_only`` opens without taking RocksDB's lock (offline fsck next to
-        a running daemon sees the state as of the open)."""
+        a running daemon sees the state as of the open). It opens only the
+        column families the directory has: one written by an older version
+        lacks the newer ones (RocksDB refuses a read-only open naming them), and
+        only a read-write open creates them."""
         if not read_only:
             path.mkdir(parents=True, exist_ok=True)
         elif not (path / "CURRENT").is_file():
             raise FileNotFoundError(f"no catalog at {path}")
         self._path = path
         names = list(COLUMN_FAMILIES) + list(extra_column_families)
+        if read_only:
+            present = set(Rdict.list_cf(str(path), Options(raw_mode=True)))
+            names = [name for name in names if name in present]
         cache = self._cache = Cache(BLOCK_CACHE_BYTES)
         opts = _options(cache)
         self._db = Rdict(
