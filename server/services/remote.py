@@ -332,17 +332,18 @@ class RemoteService:
     def _replaced(self, keys: list[bytes]) -> None:
         """Called under the store lock with overwritten objects whose old version
         has a remote copy: delete it unless the new version is published over
-        it (a publish that ends up skipped or given up deletes it then)."""
+        it (a publish that ends up skipped or given up deletes it then). Those
+        published over are journaled until the publish lands (``_publish``): a
+        crash before it must not leave the old version to be adopted."""
         published = self.config.share
+        doomed = [
+            k
+            for k in keys
+            if not (published and ObjectKey.decode(k).kind in self.kinds) or self._private_key(k)
+        ]
         with self._cond:
-            self._queue_deletes(
-                [
-                    k
-                    for k in keys
-                    if not (published and ObjectKey.decode(k).kind in self.kinds)
-                    or self._private_key(k)
-                ]
-            )
+            self._queue_deletes(doomed)
+            self._journal([k for k in keys if k not in set(doomed)])
 
     def _private_key(self, key: bytes) -> bool:
         """Whether ``key``'s current version belongs to a session, so it is never
@@ -398,16 +399,23 @@ class RemoteService:
         if not keys:
             return
         if journal:
-            try:
-                self.journal.add(keys)
-            except TiermemError as exc:
-                log.warning("%d remote deletes not journaled (%s)", len(keys), exc)
+            self._journal(keys)
         room = max(0, MAX_PENDING_DELETES - self._deletes)
         for key in keys[:room]:
             self._ops.append(_Op(True, key, 0))
             self._deleting[key] = self._deleting.get(key, 0) + 1
         self._deletes += min(len(keys), room)
         self._cond.notify()
+
+    def _journal(self, keys: Sequence[bytes]) -> None:
+        """Journal ``keys`` as remote copies to delete (call with _cond); a
+        failure (a full disk) is logged."""
+        if not keys:
+            return
+        try:
+            self.journal.add(keys)
+        except TiermemError as exc:
+            log.warning("%d remote deletes not journaled (%s)", len(keys), exc)
 
     def deleting(self, key: bytes) -> bool:
         """Whether a remote delete of ``key`` is queued, running, or failed and
@@ -572,17 +580,18 @@ class RemoteService:
             self._queue_deletes(todo, journal=False)
         return len(todo)
 
-    def _settled(self, keys: list[bytes]) -> None:
+    def _settled(self, keys: list[bytes], *, deleted: bool = True) -> None:
         """Remove from the journal the keys of a delete batch that the store
-        carried out, except those queued again meanwhile (their later delete
-        removes the entry; under _cond, which orders this after any
-        ``_queue_deletes`` or ``claim`` of the same keys). A failure is logged:
-        the deletes are repeated at the next start."""
+        carried out (``deleted``), or of a publish batch that landed, except
+        those with a delete queued (again) meanwhile (it removes the entry;
+        under _cond, which orders this after any ``_queue_deletes`` or
+        ``claim`` of the same keys). A failure is logged: the deletes are
+        repeated at the next start."""
         if not keys:
             return
         ours = Counter(keys)
         with self._cond:
-            done = [k for k, n in ours.items() if self._deleting.get(k, 0) <= n]
+            done = [k for k, n in ours.items() if self._deleting.get(k, 0) <= (n if deleted else 0)]
             if not done:
                 return
             try:
@@ -761,6 +770,10 @@ class RemoteService:
                 ),
             ]
         )
+        # a version replaced by an overwrite is journaled until its successor
+        # lands over it (``_replaced``); the overtaken have a delete queued now
+        landed = [key for (key, _, _, _), ok in zip(items, stored, strict=True) if ok]
+        self._settled(landed, deleted=False)
         done = sum(stored)
         if done:
             m.remote_published.labels("stored").inc(done)

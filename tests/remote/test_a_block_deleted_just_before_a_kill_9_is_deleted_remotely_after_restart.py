@@ -31,7 +31,9 @@ from tiermem.server.model import ObjectKey
 KEY = ObjectKey("default", ServerKind.KV_BLOCK, "doomed").encode()
 
 
-def toml(remote: dict[str, Any], arm_file: Path) -> str:
+def toml(remote: dict[str, Any], arm_file: Path, kill_point: str) -> str:
+    """A daemon's config on ``remote`` (Redis) that SIGKILLs itself at
+    ``kill_point`` while ``arm_file`` exists."""
     nodes = ", ".join(f'"{n}"' for n in remote["redis"]["nodes"])
     return (
         "[tiers.remote]\n"
@@ -46,7 +48,7 @@ def toml(remote: dict[str, Any], arm_file: Path) -> str:
         "[server]\n"
         "shutdown_grace_s = 0\n"
         "[faults]\n"
-        'kill_points = ["delete.after_commit"]\n'
+        f'kill_points = ["{kill_point}"]\n'
         "kill_probability = 1.0\n"
         f'arm_file = "{arm_file}"\n'
     )
@@ -92,7 +94,7 @@ def test_a_block_deleted_just_before_a_kill_9_is_gone_from_the_store_after_resta
     remote = remote_config(peer)
     arm = tmp_path / "arm"
     config = tmp_path / "tiermem.toml"
-    config.write_text(toml(remote, arm))
+    config.write_text(toml(remote, arm, "delete.after_commit"))
     other = make_remote_daemon("other", remote, background={"migrate_interval_s": 60})
     proc = DaemonProcess(tmp_path / "data", config)
     try:
