@@ -28,7 +28,16 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   and the writer carries out no publish or delete of a claimed key
   meanwhile (nor does a demotion upload a key the writer is working on). A
   publish that finds its object gone (evicted before its turn) deletes the
-  older version instead, and reads treat such a key as a miss until then;
+  older version instead, and reads treat such a key as a miss until then.
+  Deletes survive a crash: each is journaled in the catalog
+  (``tiers/remote/journal.py``) right after the local change that needs it,
+  as are the old version of an overwrite until the new one is published over
+  it and every demotion's upload (the object's record is volatile: a restart
+  purges it); a restarted daemon queues the journal before it serves. A delete
+  that fails (the store down, or its deadline passed: the store may still
+  carry it out later) fences its key: nothing is uploaded under it and reads
+  treat it as a miss until a later delete, started once the failed call
+  ended, is confirmed (tried every ``DELETE_RETRY_PAUSE_S``);
 * **lookup** — a chain's chunks missing locally (and those served from the
   remote tier, which the store may have evicted) are checked with batched
   existence calls (``extend_prefix``);
@@ -259,7 +268,8 @@ class RemoteService:
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Wait until every queued publish and delete was carried out (or given up);
-        True if that happened within the timeout."""
+        True if that happened within the timeout. Failed deletes waiting for
+        their next try, and the publishes they hold back, are not waited for."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while self._ops or self._busy or self._deferred:
