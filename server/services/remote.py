@@ -516,6 +516,8 @@ class RemoteService:
         while True:
             self._replay()
             with self._cond:
+                if self._parked and time.monotonic() >= self._retry_at:
+                    self._retry_parked()  # (also while publishes keep the queue busy)
                 # (a demotion holds its claim for one upload: its own deadline bounds it)
                 while not self._stop and (not self._ops or self._ops[0].key in self._claimed):
                     if self._parked and time.monotonic() >= self._retry_at:
