@@ -45,6 +45,15 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
 
 Values the remote store no longer has are misses: their stale catalog entries
 are removed (``Store.forget_stale``), never reported as errors.
+
+**Private copies.** A session's object is never published; demoted to the
+remote tier, it is written under this daemon's private name (``codec``), which
+no other daemon reads or asks for, and which never replaces the shared value
+of the key. This daemon reads, promotes and deletes it under that name: which
+name holds an object's remote copy is remembered per key
+(``_private_copies``, in memory: sessions' objects are purged at restart), as
+the catalog keeps no owner of a removed version, and a delete queued for one
+(``_Op.private``) removes that name only.
 """
 
 from __future__ import annotations
@@ -77,8 +86,10 @@ from tiermem.server.services.guard import Role
 from tiermem.server.services.objects import FilledPut, ObjectService, PutSpec
 from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.store import Store, ValueRead
+from tiermem.server.storage.rocks import RocksStore
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.remote import RemoteTier, RemoteValue
+from tiermem.server.tiers.remote.codec import new_daemon_id, valid_daemon_id
 from tiermem.server.tiers.remote.codec import private as private_value
 from tiermem.server.tiers.remote.engine import LandedValue, ReadValue, release_all
 
@@ -92,6 +103,28 @@ MAX_DEFERRED_PUBLISHES = 65_536
 PUBLISH_ATTEMPTS = 3
 #: Pause of the writer after a failed upload before it tries again (seconds).
 PUBLISH_RETRY_PAUSE_S = 0.25
+#: Key (column family "meta") of this daemon's id, which scopes its private names.
+DAEMON_ID_KEY = b"remote.daemon_id"
+
+
+def daemon_id(rocks: RocksStore) -> str:
+    """This daemon's id in the remote store (``codec``: it scopes the names of
+    its sessions' private values): made once, at random, and kept in its own
+    catalog (synced before it is used), so it is the same after a restart and
+    differs between daemons, one per data directory. A copy of a data
+    directory started as a second daemon would share it. Raises Corrupted
+    when the stored id is damaged."""
+    raw = rocks.get("meta", DAEMON_ID_KEY)
+    if raw is not None:
+        stored = raw.decode("ascii", errors="replace")
+        if not valid_daemon_id(stored):
+            raise Corrupted(f"the daemon id in the catalog ({raw!r}) is damaged")
+        return stored
+    made = new_daemon_id()
+    batch = rocks.batch()
+    batch.put("meta", DAEMON_ID_KEY, made.encode("ascii"))
+    batch.commit(sync=True)
+    return made
 
 
 class _Sessions(Protocol):
@@ -108,6 +141,8 @@ class _Op:
     key: bytes
     size: int
     attempt: int = 0
+    #: a delete of this daemon's private value of the key, not its shared one
+    private: bool = False
 
 
 class _Landing:
@@ -186,9 +221,18 @@ class RemoteService:
         #: writer has made room (``_refill``)
         self._deferred: dict[bytes, int] = {}
         self._deletes = 0
-        #: keys whose remote delete is queued or running: a read treats them as
-        #: misses (else it would fetch the deleted value and adopt it again)
+        #: keys whose remote delete (of the shared name) is queued or running: a
+        #: read treats them as misses (else it would fetch the deleted value and
+        #: adopt it again)
         self._deleting: dict[bytes, int] = {}
+        #: keys whose last remote copy recorded in the catalog (a demotion's
+        #: upload) is this daemon's private value (``codec``), not the shared
+        #: one: reads and deletes of that copy use the private name. Guarded by
+        #: the store lock; a key leaves it when a removal, overwrite or eviction
+        #: of its version queues the private delete, or a shared copy of a later
+        #: version is recorded. At most one key per catalog entry, but for keys
+        #: whose entry the store's eviction removed (``Store.forget_stale``).
+        self._private_copies: set[bytes] = set()
         #: keys of the publish batch being uploaded now (a delete of one of them
         #: must follow the upload: see ``_removed``)
         self._publishing: set[bytes] = set()
@@ -204,6 +248,7 @@ class RemoteService:
         self._thread: threading.Thread | None = None
         store.on_remote_removed = self._removed
         store.on_remote_unpublished = lambda keys: self._removed([], keys)
+        store.remote_private = self.private_copy
         objects.on_remote_replaced = self._replaced
         objects.mover.remote_writes = self
         if config.share:
@@ -290,36 +335,66 @@ class RemoteService:
                 self._queue_publish(_Op(False, key, size))
 
     def _removed(self, keys: list[bytes], unpublished: Sequence[bytes] = ()) -> None:
-        """Called under the store lock: queue the deletes (cheap, no I/O).
+        """Called under the store lock: queue the deletes (cheap, no I/O), of
+        the private name for a copy that is this daemon's private value.
         ``unpublished``: removed objects without a remote copy yet; those whose
         publish is queued or uploading now get a delete too (queued after it:
         the upload would otherwise leave the deleted object in the store)."""
+        private = [k for k in keys if k in self._private_copies]
+        self._private_copies.difference_update(keys)
+        self._private_copies.difference_update(unpublished)
         with self._cond:
             racing = [k for k in unpublished if k in self._queued_keys or k in self._publishing]
-            self._queue_deletes([*keys, *racing])
+            mine = set(private)
+            self._queue_deletes([*(k for k in keys if k not in mine), *racing])
+            self._queue_deletes(private, private=True)
 
     def _replaced(self, keys: list[bytes]) -> None:
         """Called under the store lock with overwritten objects whose old version
         has a remote copy: delete it unless the new version is published over
-        it (a publish that ends up skipped or given up deletes it then)."""
+        it (a publish that ends up skipped or given up deletes it then). A copy
+        that is this daemon's private value is deleted (nothing is published
+        over the private name)."""
         published = self.config.share
+        private = [k for k in keys if k in self._private_copies]
+        self._private_copies.difference_update(private)
+        mine = set(private)
         with self._cond:
             self._queue_deletes(
                 [
                     k
                     for k in keys
-                    if not (published and ObjectKey.decode(k).kind in self.kinds)
-                    or self._private_key(k)
+                    if k not in mine
+                    and (
+                        not (published and ObjectKey.decode(k).kind in self.kinds)
+                        or self._private_key(k)
+                    )
                 ]
             )
+            self._queue_deletes(private, private=True)
+
+    def private_copy(self, key: bytes) -> bool:
+        """Whether the remote copy the catalog records for ``key`` (served from
+        the remote tier, or kept after a promotion) is this daemon's private
+        value (read it under the private name). A set lookup: safe without the
+        store lock, for an entry found under it."""
+        return key in self._private_copies
+
+    def _record_copy(self, key: bytes, *, private: bool) -> None:
+        """A remote copy of ``key``'s current version was recorded in the catalog
+        (call with the store lock): remember which name holds it."""
+        if private:
+            self._private_copies.add(key)
+        else:
+            self._private_copies.discard(key)
 
     def _private_key(self, key: bytes) -> bool:
         """Whether ``key``'s current version belongs to a session, so it is never
         published (call with the store lock; see ``private``)."""
         entry = self.catalog.find(key)
-        return entry is not None and self._private_row(entry.row)
+        return entry is not None and self.private_row(entry.row)
 
-    def _private_row(self, row: int) -> bool:
+    def private_row(self, row: int) -> bool:
         """Whether the object in index row ``row`` belongs to a session, so it is
         never published (call with the store lock; see ``private``)."""
         return self.private(self.catalog.sessions.name(int(self.catalog.index.cols["sess"][row])))
@@ -356,16 +431,18 @@ class RemoteService:
                 [k for k in keys if k not in self._queued_keys and k not in self._deferred]
             )
 
-    def _queue_deletes(self, keys: Sequence[bytes]) -> None:
-        """Queue remote deletes of ``keys`` after everything queued so far, up to
-        ``MAX_PENDING_DELETES`` (more are left to the store's own eviction; call
-        with _cond)."""
+    def _queue_deletes(self, keys: Sequence[bytes], *, private: bool = False) -> None:
+        """Queue remote deletes of ``keys`` (their shared names, or with
+        ``private`` this daemon's private ones) after everything queued so far,
+        up to ``MAX_PENDING_DELETES`` (more are left to the store's own
+        eviction; call with _cond)."""
         if not keys:
             return
         room = max(0, MAX_PENDING_DELETES - self._deletes)
         for key in keys[:room]:
-            self._ops.append(_Op(True, key, 0))
-            self._deleting[key] = self._deleting.get(key, 0) + 1
+            self._ops.append(_Op(True, key, 0, private=private))
+            if not private:  # reads ask for shared names only (``_held_back``)
+                self._deleting[key] = self._deleting.get(key, 0) + 1
         self._deletes += min(len(keys), room)
         self._cond.notify()
 
@@ -404,16 +481,34 @@ class RemoteService:
             self._claimed.add(key)
             return True
 
-    def release(self, key: bytes, *, orphaned: bool) -> None:
+    def release(self, key: bytes, *, orphaned: bool, private: bool = False) -> None:
         """End a ``claim``. ``orphaned``: the demotion was not recorded (the
         object changed or went meanwhile, the upload failed): what it may have
-        uploaded is deleted, after everything queued so far (dropped if the
-        object's current version has a remote copy by then)."""
+        uploaded (under the private name if ``private``) is deleted, after
+        everything queued so far (dropped if the object's current version has
+        a remote copy under that name by then)."""
         with self._cond:
             self._claimed.discard(key)
             if orphaned:
-                self._queue_deletes([key])
+                self._queue_deletes([key], private=private)
             self._cond.notify_all()
+
+    def recorded(self, key: bytes, *, private: bool) -> None:
+        """A demotion's upload of ``key`` was recorded in the catalog (call with
+        the store lock, at the switch): ``private``, under the private name."""
+        self._record_copy(key, private=private)
+
+    def evicted(self, key: bytes, entry: Entry) -> None:
+        """``key``'s object (``entry``) was evicted (call with the store lock): a
+        shared remote copy stays for the other daemons; a private one is
+        deleted, as nobody reads it any more (this daemon reads the shared
+        name of a key it holds no entry for)."""
+        if key not in self._private_copies:
+            return
+        self._private_copies.discard(key)
+        if entry.remote_copy or entry.tier == Tier.REMOTE:
+            with self._cond:
+                self._queue_deletes([key], private=True)
 
     def _next_batch(self) -> list[_Op]:
         """Consecutive ops of one type, within the batch limits, up to the first
@@ -455,7 +550,7 @@ class RemoteService:
             retry: list[_Op] = []
             try:
                 if batch[0].delete:
-                    self._delete([op.key for op in batch])
+                    self._delete(batch)
                 else:
                     retry = self._publish(batch)
             except Exception:
@@ -468,6 +563,8 @@ class RemoteService:
                     if batch[0].delete:
                         self._deletes -= len(batch)
                         for op in batch:
+                            if op.private:
+                                continue  # not counted in _deleting
                             left = self._deleting.get(op.key, 0) - 1
                             if left > 0:
                                 self._deleting[op.key] = left
@@ -486,25 +583,25 @@ class RemoteService:
                     if retry and not self._stop:
                         self._cond.wait(PUBLISH_RETRY_PAUSE_S)
 
-    def _delete(self, keys: list[bytes]) -> None:
+    def _delete(self, ops: list[_Op]) -> None:
         # Each delete was queued for a version older than the one the catalog may
-        # name now: a key whose current version has a remote copy (a demotion
-        # uploaded it directly, after the delete was queued) keeps it. No upload
-        # of these keys can land between this check and the delete: demotions
-        # claim a key from their upload to their catalog switch, and cannot
-        # claim one while it is in this batch (``claim``).
+        # name now: a key whose current version has a remote copy under the same
+        # name (a demotion uploaded it directly, after the delete was queued)
+        # keeps it. No upload of these keys can land between this check and the
+        # delete: demotions claim a key from their upload to their catalog
+        # switch, and cannot claim one while it is in this batch (``claim``).
         with self.store.lock:
-            current = [self.catalog.find(k) for k in keys]
+            current = [(self.catalog.find(op.key), op.key in self._private_copies) for op in ops]
         doomed = [
-            k
-            for k, e in zip(keys, current, strict=True)
-            if e is None or not (e.remote_copy or e.tier == Tier.REMOTE)
+            op
+            for op, (e, private) in zip(ops, current, strict=True)
+            if e is None or not (e.remote_copy or e.tier == Tier.REMOTE) or private != op.private
         ]
         if not doomed:
             return
         # a failure is counted and logged by the engine; the store evicts orphans itself
         with contextlib.suppress(Unavailable):
-            self.remote.delete(doomed)
+            self.remote.delete([op.key for op in doomed], [op.private for op in doomed])
 
     def _publish(self, ops: list[_Op]) -> list[_Op]:
         """Upload a batch; returns the ops to try again (the upload failed, tries left)."""
@@ -577,9 +674,10 @@ class RemoteService:
                     # the remote delete (``_removed``); an eviction keeps the copy
                     continue
                 if (now.checksum, now.size) == (entry.checksum, entry.size) and not (
-                    self._private_row(now.row)
+                    self.private_row(now.row)
                 ):
                     catalog.set_remote(now.row, True)
+                    self._record_copy(key, private=False)
                 else:
                     overtaken.append(key)
         retried = {op.key for op in retry}
@@ -618,8 +716,12 @@ class RemoteService:
         step = self.config.batch_max_objects
         for start in range(0, len(ask), step):
             window = ask[start : start + step].tolist()
+            # a chunk held here is looked for under the name of its copy; one that
+            # is not, under its shared name: another daemon's session's block,
+            # private to it, is not found (the read would miss it)
+            private = [bool(rows[j] >= 0) and self.private_copy(keys[j]) for j in window]
             try:
-                found = self.remote.exists([keys[j] for j in window])
+                found = self.remote.exists([keys[j] for j in window], private)
             except Unavailable:
                 return window[0], bytes(out[: window[0]])
             found = [
@@ -656,6 +758,7 @@ class RemoteService:
         store, catalog = self.store, self.catalog
         with store.lock:
             entries = {k: catalog.find(k) for k in keys}
+            mine = {k for k, e in entries.items() if e is not None and k in self._private_copies}
         out: dict[bytes, RemoteValue | None] = {}
         wanted = []
         for k, e in entries.items():
@@ -665,7 +768,7 @@ class RemoteService:
                 wanted.append(k)
         if not wanted:
             return out
-        parts = self.remote.read(wanted)
+        parts = self.remote.read(wanted, [k in mine for k in wanted])
         try:
             for part, values in parts:
                 for n, (i, value) in enumerate(zip(part, values, strict=True)):
@@ -1081,6 +1184,7 @@ class RemoteService:
                 entry = self.catalog.find(encoded)
                 if entry is not None and entry.checksum == meta.checksum:
                     self.catalog.set_remote(entry.row, True)
+                    self._record_copy(encoded, private=False)
                     self.catalog.touch(entry.row, encoded)
         self.store.metrics.remote_adopted.inc(len(metas))
 
@@ -1091,6 +1195,7 @@ class RemoteService:
             entry = self.catalog.find(encoded)
             if entry is not None and entry.checksum == meta.checksum:
                 self.catalog.set_remote(entry.row, True)
+                self._record_copy(encoded, private=False)
                 if touch:
                     self.catalog.touch(entry.row, encoded)
         self.store.metrics.remote_adopted.inc()
