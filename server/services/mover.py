@@ -264,10 +264,13 @@ class Mover:
         return True
 
     def _upload(self, encoded: bytes, entry: Entry, view: memoryview, private: bool) -> bool:
-        """Make sure the remote store holds this version of the object. Nothing is
-        sent when a copy was written earlier (publish, adoption): the store may have
-        evicted it since, and a later read then finds a miss, as after any eviction
-        by the store. ``private``: a session's object, written under this
+        """Make sure the remote store holds this version of the object. When a copy
+        was written earlier (publish, adoption) the store is asked whether it still
+        has it, and the value is sent again if not: the store may have evicted it,
+        or lost it in a restart, and the flag saying a copy is there is never
+        cleared otherwise (demoting without the check turned a block this daemon
+        still held into a miss, here and on every other daemon). ``private``: a
+        session's object, written under this
         daemon's private name (``codec``), which other daemons never read; else
         under the shared name, with no owner (an owner tag is shared like no
         owner). False when the store is down or refuses the value (the caller
@@ -275,9 +278,9 @@ class Mover:
         remote = self.store.remote
         if remote is None or not remote.fits(entry.size):
             return False
-        if entry.remote_copy:
-            return True
         try:
+            if entry.remote_copy and remote.exists([encoded], [private])[0]:
+                return True
             with self.store.lock:
                 meta = self.catalog.meta(encoded, entry)
             if not private:
