@@ -550,7 +550,9 @@ class TierCostConfig(_Section):
     bandwidth_bytes_per_s: float = Field(gt=0)
     """Sustained read bandwidth from the tier to its consumer (bytes/s)."""
     price_per_gib_hour: float = Field(ge=0)
-    """What one GiB held on the tier costs per hour (USD), for `tiermem cost`."""
+    """What one GiB held on the tier costs per hour (USD): priced in `tiermem cost` (the
+    Stats cost report) and ``tiermem_cost_usd_per_hour``. Placement does not weigh it,
+    on any tier: the planner minimises access time (latency and bandwidth)."""
 
 
 class TierCostsConfig(_Section):
