@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
+import torch
 
-from tiermem.client import Client, Kind, TiermemClientError
+from tiermem.client import Client, InvalidArgumentError, Kind, KvBlock, KvScope, TiermemClientError
 from tiermem.server.app import Daemon
 from tiermem.server.errors import CapacityExceeded
 from tiermem.v1 import common_pb2, object_pb2, object_pb2_grpc
@@ -195,3 +196,42 @@ def test_server_deadline_ends_stalled_and_slow_streams(make_daemon: Callable[...
     with Client(daemon.address, retries=0) as c:
         assert not list(c.list())  # neither put stored anything
         assert c.stats().tiers[0].used_bytes == 0
+
+
+def test_size_caps_answer_resource_exhausted_and_malformed_sizes_invalid_argument(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    """Each size cap (object, KV block, PutBlocks batch, blob) answers RESOURCE_EXHAUSTED
+    naming its option; a size that does not match its declared shape stays
+    INVALID_ARGUMENT; nothing already stored is lost and nothing refused is stored."""
+    daemon = make_daemon(
+        limits={"max_object_bytes": 64 << 10},
+        kv={"max_block_bytes": 16 << 10, "max_batch_bytes": 24 << 10},
+        blobs={"max_blob_bytes": 32 << 10},
+    )
+    scope = KvScope("caps", dtype="float32")
+    with Client(daemon.address, retries=0) as c:
+        c.put(Kind.BLOB, "kept", b"k" * (64 << 10))  # exactly at the limit
+        c.kv.put_blocks(scope, [KvBlock(1, torch.zeros(4096))])  # 16 KiB: at the limit
+        c.blobs.put("kept-blob", b"b" * (32 << 10))
+
+        assert "limits.max_object_bytes" in refused(
+            lambda: c.put(Kind.BLOB, "big", b"x" * ((64 << 10) + 1))
+        )
+        assert "kv.max_block_bytes" in refused(
+            lambda: c.kv.put_blocks(scope, [KvBlock(2, torch.zeros(4097))], path="grpc")
+        )
+        two = [KvBlock(3, torch.zeros(4096)), KvBlock(4, torch.zeros(4096))]  # 32 KiB
+        assert "kv.max_batch_bytes" in refused(lambda: c.kv.put_blocks(scope, two, path="grpc"))
+        assert "blobs.max_blob_bytes" in refused(
+            lambda: c.blobs.put("big-blob", b"x" * ((32 << 10) + 1))
+        )
+        with pytest.raises(InvalidArgumentError, match=r"float32\[3\] is 12 bytes"):
+            c.kv.put_blocks(scope, [KvBlock(5, b"\0" * 16, dtype="float32", shape=(3,))])
+
+        assert sorted(o.key for o in c.list(kind=Kind.BLOB)) == ["kept"]
+        assert c.get(Kind.BLOB, "kept") == b"k" * (64 << 10)
+        assert c.kv.lookup_prefix(scope, [1]).stored_chunks == 1
+        assert not any(b.found for b in c.kv.get_blocks(scope, [2, 3, 4, 5]))
+        assert [b.key for b in c.blobs.list()] == ["kept-blob"]
+        assert c.blobs.get("kept-blob") == b"b" * (32 << 10)
