@@ -23,6 +23,10 @@ where "vectors"): the snapshot their record names must be present and match
 the digests in its meta.json (``vectors.snapshot.verify``; snapshots written
 before the digests existed are only parsed). A collection with no snapshot yet
 has nothing on disk to check.
+
+Scratchpad log files that recovery kept aside (a damaged frame, renamed
+``*.damaged`` in the log folder) are listed as damage ("scratch_log") until
+they are deleted: acknowledged records in them may be lost.
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ from tiermem.server.catalog import records
 from tiermem.server.catalog.index import SEG_INLINE, SEG_NONE
 from tiermem.server.errors import Corrupted, InvalidArgument
 from tiermem.server.model import ObjectKey, validate_namespace
+from tiermem.server.scratch.log import damage_name as log_damage_name
+from tiermem.server.scratch.log import kept_aside
 from tiermem.server.services.damage import Damage
 from tiermem.server.services.guard import Role
 from tiermem.server.services.store import Store
@@ -128,8 +134,18 @@ def verify_copy(
     return None
 
 
-#: Where the daemon keeps vector snapshots, under the data dir (as app.py wires it).
+#: Where the daemon keeps vector snapshots and the scratchpad log, under the
+#: data dir (as app.py wires them).
 VECTORS_DIR = "vectors"
+SCRATCH_LOG_DIR = "scratch-log"
+KEPT_LOG = "kept aside by recovery (a damaged frame; acknowledged records in it may be lost)"
+
+
+def _kept_logs(data_dir: Path, namespace: str) -> Iterator[tuple[str, Path]]:
+    """(damage name, file) of each kept-aside scratchpad log (not per namespace)."""
+    if not namespace:
+        for kept in kept_aside(data_dir / SCRATCH_LOG_DIR):
+            yield log_damage_name(kept), kept
 
 
 def _snapshot_problem(
@@ -227,6 +243,8 @@ def check_offline(
             damaged = _snapshot_problem(root, col, read_bytes)
             if damaged is not None:
                 report.add(Damage(name, damaged, "vectors"), listed)
+        for name, _kept in _kept_logs(data_dir, namespace):
+            report.add(Damage(name, KEPT_LOG, "scratch_log"), listed)
         if segments is not None and not namespace:
             unused = sorted(set(segments.stats()) - referenced)
             if unused:
@@ -283,6 +301,9 @@ def check_online(
             report.add(Damage(_name(encoded), problem[1], problem[0]), listed)
     _add_gaps(report, gaps, listed)
     _check_collections_online(store, namespace, read_bytes, report, listed, check_deadline)
+    for name, _kept in _kept_logs(Path(store.config.data_dir), namespace):
+        store.damage.add_named(name, "scratch_log", f"scratchpad log {name}: {KEPT_LOG}")
+        report.add(Damage(name, KEPT_LOG, "scratch_log"), listed)
     report.seconds = time.perf_counter() - started
     return report
 
