@@ -97,13 +97,21 @@ class GroupCommitLog:
         return self._current.seq
 
     def write(self, data: bytes) -> tuple[int, int]:
-        """Append ``data`` (whole frames); returns (file seq, end position)."""
+        """Append ``data`` (whole frames); returns (file seq, end position). A
+        write that fails part way (a full disk) is cut off again before it
+        raises: a partial frame with whole frames after it would read as damage."""
         with self._lock:
             f = self._current
             view = memoryview(data)
-            while view:
-                n = os.write(f.fd, view)
-                view = view[n:]
+            try:
+                while view:
+                    n = os.write(f.fd, view)
+                    view = view[n:]
+            except OSError:
+                # if this fails too, recovery reports the partial frame as damage
+                with contextlib.suppress(OSError):
+                    os.ftruncate(f.fd, f.pos)
+                raise
             f.pos += len(data)
             self._dirty = True
             return f.seq, f.pos
