@@ -152,6 +152,9 @@ class Collection:
         self.accessed_unix_ms = int(time.time() * 1000)
         self.queries = RateMeter()
         self.last_snapshot = time.monotonic()
+        #: (snapshot folder, message) once that snapshot failed to load: every
+        #: use answers DATA_LOSS with the message without reading it again
+        self.unusable: tuple[str, str] | None = None
 
     def touch(self) -> None:
         self.last_access = time.monotonic()
@@ -212,13 +215,13 @@ class VectorService:
 
     def close(self) -> None:
         """Stop maintenance and snapshot collections with unsnapshotted operations
-        (so the next start replays little)."""
+        (so the next start replays little) or a damaged snapshot."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
         for col in self._all():
-            try:
-                self._snapshot(col, force=False)
+            try:  # a damaged snapshot is replaced from memory while it can be
+                self._snapshot(col, force=self._snapshot_damaged(col))
             except Exception:
                 log.exception("snapshot of %s at shutdown failed", col.spec.label)
 
@@ -568,6 +571,8 @@ class VectorService:
     def _read_snapshot(self, col: Collection, dir_name: str) -> State:
         """The collection's snapshot, or Corrupted (registered as damage): it
         holds the only copy of the vectors it covers, so nothing can stand in."""
+        if col.unusable is not None and col.unusable[0] == dir_name:
+            raise Corrupted(col.unusable[1])
         try:
             return snapshot.read(col.root, dir_name, col.spec, self.config.mmap_load)
         except Corrupted as exc:
@@ -578,6 +583,7 @@ class VectorService:
                 f"upsert its vectors again"
             )
             self.store.damage.add_named(damage_name(spec.namespace, spec.name), "vectors", message)
+            col.unusable = (dir_name, message)
             raise Corrupted(message) from exc
 
     def _snapshot_damaged(self, col: Collection) -> bool:

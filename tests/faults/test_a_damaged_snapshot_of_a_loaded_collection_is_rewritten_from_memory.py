@@ -50,3 +50,27 @@ def test_a_damaged_snapshot_of_a_loaded_collection_is_rewritten_from_memory(
         after = c.vectors.search("c", q, 5)  # loads the new snapshot
         assert np.array_equal(after.ids, before.ids)
         assert np.array_equal(after.distances, before.distances)
+
+
+def test_a_clean_stop_rewrites_a_damaged_snapshot_of_a_loaded_collection(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = make_daemon(**VECTOR_CONFIG)
+    x = clustered(N, D, seed=1)
+    q = clustered(10, D, seed=2)
+    with Client(daemon.address) as c:
+        c.vectors.create("c", D, index="flat")
+        c.vectors.upsert("c", np.arange(N), x)
+        assert daemon.vectors.snapshot("default", "c")
+        before = c.vectors.search("c", q, 5)
+        (index,) = Path(daemon.config.data_dir, "vectors").glob("*/*/index.faiss")
+        flip(index, index.stat().st_size // 2)
+        assert not c.integrity.check().clean
+    daemon.stop()  # before any maintenance pass
+
+    again = make_daemon(name=Path(daemon.config.data_dir).name, **VECTOR_CONFIG)
+    with Client(again.address) as c:
+        after = c.vectors.search("c", q, 5)
+        assert np.array_equal(after.ids, before.ids)
+        assert np.array_equal(after.distances, before.distances)
+        assert c.integrity.check().clean
