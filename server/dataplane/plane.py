@@ -9,7 +9,8 @@ Hello nor in a ticket: a connection there would carry the client's bearer
 token and the values' bytes in the clear, beside the channel TLS protects.
 Only the channel's Unix socket (this host's network namespace alone reaches
 it) and shared memory stay offered; clients elsewhere move bytes over gRPC.
-The TCP listener still runs (``BulkServer.start`` opens it), told to no one.
+Nor does it listen on the TCP port (``BulkServer.start(tcp=False)``): a
+listener told to no one would still take tokens from whoever finds it.
 (TLS on the bulk channel itself would lift this; it is not built.)"""
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ class DataPlane:
 
     def start(self) -> None:
         if self._bulk is not None:
-            tcp = self._bulk.start()
+            tcp = self._bulk.start(tcp=self.offers_tcp)
             # where tickets send their holders: under TLS the Unix socket ("" when
             # the system has none: then no tickets are issued, clients use gRPC)
             self.transfers.address = tcp if self.offers_tcp else self._bulk.unix_address
