@@ -23,8 +23,14 @@ sampled every second of the load phase. Goals, in the load phase: 0 errors
 80 %); p99 of small gets at most 10 ms. Latency at saturation is queueing by
 definition: it is reported beside, not judged.
 
-Workloads are rows of a table (name, weight, function). Writes
-bench/results/soak.json.
+Workloads are rows of a table (name, weight, function): ObjectService puts,
+gets, stats, lists and deletes of all four kinds (small scratch values, blobs
+of 64 KiB-1 MiB, KV blocks, vector batches, cold blobs on SSD), and each
+service's own calls: KV chains (``put_blocks``, ``lookup_prefix`` +
+``get_blocks``), searches and upserts in a vector collection of the client's
+own, scratchpad appends (LOGGED) and replays in the client's agent session,
+and isolated child sessions opened, written as and closed with a result.
+Writes bench/results/soak.json.
 """
 
 from __future__ import annotations
@@ -49,8 +55,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from bench.common import REPO, goal, percentile, write_result
-from tiermem.client import Client, Durability, Kind, NotFoundError, Profile, Tier
+from tiermem.client import (
+    Client,
+    Durability,
+    Kind,
+    KvBlock,
+    KvScope,
+    NotFoundError,
+    Profile,
+    RecordDurability,
+    RecordKind,
+    Tier,
+)
 
 KiB, MiB = 1 << 10, 1 << 20
 HOT_KEYS = 2000
@@ -79,7 +98,14 @@ compaction_interval_s = 5
 
 #: Keys each client thread owns, per family; every client writes all of them
 #: before the measured run, so the working set is complete after warm-up.
-SPAN = {"small": 50, "blob": 10, "cold": 10, "kv": 20, "vector": 20}
+SPAN = {"small": 50, "blob": 10, "cold": 10, "kv": 20, "vector": 20, "chain": 8}
+#: KV chains (KvService): blocks of 64 KiB of float16, CHAIN_BLOCKS to a chain,
+#: one scope for all clients (chains are per client: their hashes differ).
+KV_SCOPE = KvScope("soak-model", dtype="float16")
+CHAIN_BLOCKS = 4
+KV_BLOCK_BYTES = 64 * KiB
+#: Each client's own vector collection (VectorService): dimension and size.
+VEC_DIM, VEC_ROWS = 64, 256
 
 
 class Ctx:
@@ -91,6 +117,13 @@ class Ctx:
         self.prefix = prefix
         self.fixed: int | None = None  # set while populating: write this key
         self._pool = memoryview(pool)
+        #: the client's agent session (ScratchService, SessionService), opened
+        #: before the run; its vector collection is named after ``prefix``
+        self.session = ""
+        self.collection = f"{prefix}-vectors"
+        self.vectors = np.random.default_rng(rng.randrange(1 << 30)).random(
+            (VEC_ROWS, VEC_DIM), dtype=np.float32
+        )
 
     def randbytes(self, n: int) -> memoryview:
         """``n`` random bytes: a view at a random offset of the process's pool of
@@ -141,6 +174,58 @@ def _put_cold(c: Ctx) -> None:
     c.client.put(Kind.BLOB, c.key("cold"), data, profile=Profile(preferred_tier=Tier.SSD))
 
 
+def _chain(c: Ctx) -> list[int]:
+    """The chunk hashes of one of the client's chains (a chain id per ``key``)."""
+    n = c.rng.randrange(SPAN["chain"]) if c.fixed is None else c.fixed
+    base = (int(c.prefix[1:]) + 1) * 1_000_000 + n * 100
+    return [base + i for i in range(CHAIN_BLOCKS)]
+
+
+def _kv_put_chain(c: Ctx) -> None:
+    blocks = [
+        KvBlock(h, c.randbytes(KV_BLOCK_BYTES), dtype="float16", shape=(KV_BLOCK_BYTES // 2,))
+        for h in _chain(c)
+    ]
+    c.client.kv.put_blocks(KV_SCOPE, blocks)
+
+
+def _kv_lookup_and_get(c: Ctx) -> None:
+    chain = _chain(c)
+    hit = c.client.kv.lookup_prefix(KV_SCOPE, chain)
+    if hit.stored_chunks:  # CACHE: a chain may have been evicted in part
+        c.client.kv.get_blocks(KV_SCOPE, chain[: hit.stored_chunks])
+
+
+def _vector_search(c: Ctx) -> None:
+    c.client.vectors.search(c.collection, c.vectors[c.rng.randrange(VEC_ROWS)], k=10)
+
+
+def _vector_upsert(c: Ctx) -> None:
+    at = c.rng.randrange(VEC_ROWS - 8)
+    c.client.vectors.upsert(c.collection, range(at, at + 8), c.vectors[at : at + 8])
+
+
+def _scratch_append(c: Ctx) -> None:
+    c.client.scratch.append(
+        c.session,
+        RecordKind.OBSERVATION,
+        bytes(c.randbytes(c.rng.randint(100, 2 * KiB))),
+        durability=RecordDurability.LOGGED,
+    )
+
+
+def _scratch_replay(c: Ctx) -> None:
+    c.client.scratch.replay(c.session, limit=20)
+
+
+def _child_session(c: Ctx) -> None:
+    """An isolated child: open it, write a scratch object as it, close it with
+    a one-line result for the parent (everything it owned freed in one step)."""
+    child = c.client.sessions.open(parent=c.session, label="soak-child").id
+    c.client.put(Kind.SCRATCH, f"{c.prefix}-child", c.randbytes(512), session=child)
+    c.client.sessions.close(child, "done")
+
+
 def _stat(c: Ctx) -> None:
     c.client.stat(Kind.SCRATCH, f"hot-{c.rng.randrange(HOT_KEYS)}")
 
@@ -169,13 +254,20 @@ WORKLOADS: list[tuple[str, int, Callable[[Ctx], None]]] = [
     ("put blob cold (SSD)", 3, _put_cold),
     ("list 50", 3, _list),
     ("delete and put again", 4, _delete_and_put),
+    ("kv put_blocks 4x64K", 3, _kv_put_chain),
+    ("kv lookup_prefix + get_blocks", 4, _kv_lookup_and_get),
+    ("vector search k=10", 3, _vector_search),
+    ("vector upsert 8", 2, _vector_upsert),
+    ("scratch append", 4, _scratch_append),
+    ("scratch replay 20", 1, _scratch_replay),
+    ("child session open/put/close", 1, _child_session),
 ]
 #: What each client reads back before the run (CACHE KV blocks may be gone).
 READ_BACK = [("small", Kind.SCRATCH), ("blob", Kind.BLOB), ("cold", Kind.BLOB),
              ("kv", Kind.KV_BLOCK), ("vector", Kind.VECTOR)]  # fmt: skip
 #: What each client writes before the run: (family, put function).
 POPULATE = [("small", _put_small), ("blob", _put_blob), ("cold", _put_cold),
-            ("kv", _put_kv), ("vector", _put_vector)]  # fmt: skip
+            ("kv", _put_kv), ("vector", _put_vector), ("chain", _kv_put_chain)]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -245,6 +337,9 @@ def _client_proc(address: str, first: int, threads: int, control: Any, out: Any)
         rng = random.Random(first + i)
         with Client(address, timeout_s=60) as client:
             ctx = Ctx(client, rng, f"c{first + i}", values)
+            ctx.session = client.sessions.open(label=ctx.prefix).id
+            client.vectors.create(ctx.collection, VEC_DIM)
+            client.vectors.upsert(ctx.collection, range(VEC_ROWS), ctx.vectors)
             for family, put in POPULATE:
                 for n in range(SPAN[family]):
                     ctx.fixed = n

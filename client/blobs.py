@@ -618,6 +618,11 @@ class BlobClient:
         base = self._transport.timeout_s if timeout_s is None else timeout_s
         return max(base, nbytes / MIN_STREAM_BYTES_PER_S + base)
 
+    def _bytes_deadline(self, nbytes: int, timeout_s: float | None) -> float:
+        """When ``nbytes`` of a blob starting to move now by a bulk ticket must
+        have moved (``time.monotonic``): the time a gRPC stream of them gets."""
+        return time.monotonic() + self._stream_timeout(nbytes, timeout_s)
+
     def _fast_paths(self, path: str | None, timeout_s: float | None) -> list[str]:
         """The fast paths to try (``path`` forces one); ``timeout_s``: what is
         left of the call, should the offer be negotiated (a client's first call)."""
@@ -856,8 +861,9 @@ class BlobClient:
                         progress(len(view))
 
             self._dp.bulk_pool.send_stream(
-                self._dp.bulk_target(ticket.address), ticket.ticket_id, pieces()
-            )
+                self._dp.bulk_target(ticket.address), ticket.ticket_id, pieces(),
+                self._bytes_deadline(size - offset, timeout_s),
+            )  # fmt: skip
             self._dp.count("bulk", puts=1, nbytes=size - offset)
             return self._finish(upload_id, hasher.digest(), timeout_s)
         chunk = self._chunk
@@ -1082,7 +1088,7 @@ class BlobClient:
                     self._from_shm(reply.shm, delivery)
                     return _info(reply.header.info)
                 if reply.HasField("bulk"):
-                    self._from_bulk(reply.bulk, delivery)
+                    self._from_bulk(reply.bulk, delivery, timeout_s)
                     return _info(reply.header.info)
             except _Fallback:
                 sink.rewind()
@@ -1249,15 +1255,16 @@ class BlobClient:
             self._dp.release_leases([lease.lease_id])
         self._dp.count("shm", gets=1, nbytes=int(delivery.header.length))
 
-    def _from_bulk(self, ticket: Any, delivery: _Delivery) -> None:
+    def _from_bulk(self, ticket: Any, delivery: _Delivery, timeout_s: float | None) -> None:
         header = delivery.header
         nbytes = int(header.aligned_length)
+        deadline = self._bytes_deadline(nbytes, timeout_s)
         direct = delivery.direct()
         if direct is not None:  # into the caller's buffer: no copy, verified in place
             units = [direct[i : i + RECV_UNIT_BYTES] for i in range(0, nbytes, RECV_UNIT_BYTES)]
             try:
                 self._dp.bulk_pool.get(self._dp.bulk_target(ticket.address), ticket.ticket_id,
-                                       units)  # fmt: skip
+                                       units, deadline)  # fmt: skip
             except BulkBroken:
                 raise _Fallback() from None
             for unit in units:
@@ -1268,8 +1275,9 @@ class BlobClient:
         buf = memoryview(bytearray(min(RECV_UNIT_BYTES, max(nbytes, 1))))
         try:
             self._dp.bulk_pool.recv_stream(
-                self._dp.bulk_target(ticket.address), ticket.ticket_id, nbytes, buf, delivery.feed
-            )
+                self._dp.bulk_target(ticket.address), ticket.ticket_id, nbytes, buf, delivery.feed,
+                deadline,
+            )  # fmt: skip
         except BulkBroken:
             raise _Fallback() from None  # the gRPC stream says why (e.g. DATA_LOSS)
         delivery.done()

@@ -14,7 +14,11 @@ Two kinds of cost, kept apart:
   An access to a dropped CACHE object (``DROP``) costs its miss cost:
   recompute (KV prefill) or refetch.
 * **money** (USD per hour): bytes held on a tier times its price per GiB-hour,
-  reported by tier, kind, namespace and session.
+  reported by tier, kind, namespace and session. Report only: the planner
+  weighs access time, never price (the REMOTE tier's included: at the default
+  prices a MiB of KV held remotely for a day costs ~7e-7 USD, a recompute of
+  it ~3 ms of an accelerator, ~2.5e-6 USD at $3/h, and a shared copy is also
+  read by daemons whose reads this one cannot count).
 
 A move copies the value: read from the source, write to the target. Demoting
 an object that already has an SSD copy to SSD, or dropping a CACHE object,

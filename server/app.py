@@ -65,7 +65,7 @@ from tiermem.server.services.objects import ObjectService
 from tiermem.server.services.periodic import Periodic
 from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.recovery import RecoveryReport, recover
-from tiermem.server.services.remote import RemoteService
+from tiermem.server.services.remote import RemoteService, daemon_id
 from tiermem.server.services.store import Store
 from tiermem.server.services.vectors import VectorService
 from tiermem.server.sessions.cleanup import Freed, Usage
@@ -197,6 +197,7 @@ class Daemon:
                 lambda: make_backend(cfg.tiers.remote),
                 self.metrics,
                 lambda: catalog.remote_bytes,
+                daemon_id=daemon_id(self._rocks),
             )
             self._engines.append(remote_tier)
         self.store = Store(cfg, catalog, memory, ssd, self.metrics, remote_tier)

@@ -174,9 +174,11 @@ class RemoteTierConfig(TierConfig):
     """Fraction of capacity forgetting remote entries brings usage down to."""
     backend: Literal["redis_cluster", "mooncake"] = "redis_cluster"
     """Which store holds the remote tier."""
-    deployment: str = Field(default="tiermem", pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    deployment: str = Field(default="", pattern=r"^[A-Za-z0-9._-]{0,64}$")
     """Name prefix of every value in the remote store: daemons with the same deployment
-    (and namespace, key and KV salt) share values; other deployments never collide."""
+    (and namespace, key and KV salt) share values; other deployments never collide.
+    Required when the tier is enabled (no default: two unrelated deployments that both
+    kept one would share names and overwrite each other's values)."""
     kinds: list[RemoteKind] = ["KV_BLOCK"]
     """Kinds of CACHE objects demoted to the remote tier instead of being dropped."""
     share: bool = True
@@ -222,6 +224,16 @@ class RemoteTierConfig(TierConfig):
     pay back the upload within placement.horizon_s ("pays_back")."""
     redis: RedisClusterConfig = RedisClusterConfig()
     mooncake: MooncakeConfig = MooncakeConfig()
+
+    @model_validator(mode="after")
+    def _named_when_enabled(self) -> RemoteTierConfig:
+        if self.enabled and not self.deployment:
+            raise ValueError(
+                "tiers.remote.deployment must be set when tiers.remote.enabled is true: "
+                "daemons that share values must use the same name, and unrelated ones "
+                "different names (e.g. TIERMEM_TIERS__REMOTE__DEPLOYMENT=prod-llama)"
+            )
+        return self
 
 
 class TiersConfig(_Section):
@@ -538,7 +550,9 @@ class TierCostConfig(_Section):
     bandwidth_bytes_per_s: float = Field(gt=0)
     """Sustained read bandwidth from the tier to its consumer (bytes/s)."""
     price_per_gib_hour: float = Field(ge=0)
-    """What one GiB held on the tier costs per hour (USD), for `tiermem cost`."""
+    """What one GiB held on the tier costs per hour (USD): priced in `tiermem cost` (the
+    Stats cost report) and ``tiermem_cost_usd_per_hour``. Placement does not weigh it,
+    on any tier: the planner minimises access time (latency and bandwidth)."""
 
 
 class TierCostsConfig(_Section):

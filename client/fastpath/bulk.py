@@ -266,20 +266,30 @@ class BulkPool:
         return status
 
     def send_stream(
-        self, address: str, ticket_id: bytes, chunks: Iterable[memoryview]
+        self,
+        address: str,
+        ticket_id: bytes,
+        chunks: Iterable[memoryview],
+        deadline: float | None = None,
     ) -> dataplane_pb2.TransferStatus:
         """A stream ticket's bytes from ``chunks`` (produced as they are sent), then
-        the daemon's final status. Raises the daemon's error, or BulkBroken."""
-        sock = self._start(address, ticket_id, _Bound(self._io_timeout_s, None))
+        the daemon's final status. Raises the daemon's error, or BulkBroken.
+        Every wait ends by ``deadline`` (as ``put``'s): past it DeadlineError,
+        the connection closed."""
+        bound = _Bound(self._io_timeout_s, deadline)
+        sock = self._start(address, ticket_id, bound)
         try:
             for chunk in chunks:
                 if len(chunk):
+                    bound()
                     sock.sendall(chunk)
-            status = read_status(sock)
+            status = read_status(sock, bound)
         except (OSError, BulkBroken) as exc:
             sock.close()
+            if bound.passed(exc):
+                raise bound.late(f"bulk stream to {address}") from None
             raise BulkBroken(f"bulk stream to {address} broke: {exc}") from None
-        self._give_back(address, sock)
+        self._done(address, sock, bound)
         if status.code != "OK":
             raise error_for(status.code, status.message, status.request_id)
         return status
@@ -291,24 +301,30 @@ class BulkPool:
         nbytes: int,
         buffer: memoryview,
         on_data: Callable[[memoryview], None],
+        deadline: float | None = None,
     ) -> None:
         """A stream ticket's ``nbytes``, through ``buffer``, handed to ``on_data``
-        a buffer at a time. Raises BulkBroken if the connection ends early."""
-        sock = self._start(address, ticket_id, _Bound(self._io_timeout_s, None))
+        a buffer at a time. Raises BulkBroken if the connection ends early.
+        Every wait ends by ``deadline`` (as ``get``'s): past it DeadlineError,
+        the connection closed."""
+        bound = _Bound(self._io_timeout_s, deadline)
+        sock = self._start(address, ticket_id, bound)
         try:
             left = nbytes
             while left:
                 view = buffer[: min(len(buffer), left)]
-                recv_exact(sock, view)
+                recv_exact(sock, view, bound)
                 left -= len(view)
                 on_data(view)
         except (OSError, BulkBroken) as exc:
             sock.close()
+            if bound.passed(exc):
+                raise bound.late(f"bulk stream from {address}") from None
             raise BulkBroken(f"bulk stream from {address} broke: {exc}") from None
         except BaseException:
             sock.close()  # the caller gave up mid-stream: the connection is out of step
             raise
-        self._give_back(address, sock)
+        self._done(address, sock, bound)
 
     def get(
         self,

@@ -11,7 +11,10 @@ Choosing a path (once per client, after a ``Hello`` to the daemon):
    opens here and is that very file (device, inode, size): the client maps it
    once and copies bytes in and out of it under leases;
 2. ``bulk`` — the daemon runs the bulk channel: bytes go over a plain TCP
-   connection after a gRPC ticket;
+   connection (on the daemon's host: its Unix socket) after a gRPC ticket, or
+   on a bulk session. The channel is plaintext: a client whose gRPC channel
+   uses TLS only ever uses its Unix socket, never TCP (``_bulk_address``);
+   on another host such a client has no bulk path;
 3. ``grpc`` — the ObjectService streams (always available).
 
 Below ``shm_min_bytes`` (2 MiB) on average per object, a batch prefers the bulk
@@ -391,13 +394,26 @@ class DataPlane:
                 offer.paths.append("shm")
             except ArenaMismatch:
                 pass
-        if "bulk" in self._allowed and hello.bulk_address and hello.bulk_protocol == VERSION:
-            offer.bulk_address = self._local_bulk_address(hello, deadline) or self._reachable(
-                hello.bulk_address
-            )
-            offer.paths.append("bulk")
+        if "bulk" in self._allowed and hello.bulk_protocol == VERSION:
+            offer.bulk_address = self._bulk_address(hello, deadline)
+            if offer.bulk_address:
+                offer.paths.append("bulk")
         offer.paths.append("grpc")
         return offer
+
+    def _bulk_address(self, hello: dataplane_pb2.HelloResponse, deadline: float | None) -> str:
+        """The bulk address this client dials ("" = none): the daemon's Unix
+        socket when this client should use it (``_local_bulk_address``), else
+        its TCP address. Never TCP for a client whose gRPC channel uses TLS:
+        the bulk channel is plaintext, and every connection to it carries the
+        client's token (in its preamble) and the values' bytes, which TLS was
+        chosen to protect; such a client moves them over gRPC instead. A daemon
+        under TLS offers no TCP address; one that does (older, or
+        misconfigured) is not believed."""
+        local = self._local_bulk_address(hello, deadline)
+        if local or self._transport.secure or not hello.bulk_address:
+            return local
+        return self._reachable(hello.bulk_address)
 
     def _local_bulk_address(
         self, hello: dataplane_pb2.HelloResponse, deadline: float | None = None
@@ -458,8 +474,21 @@ class DataPlane:
         return self._bulk
 
     def bulk_target(self, ticket_address: str) -> str:
-        """Where to dial for a ticket (its address, else the one offered in Hello)."""
-        return self._reachable(ticket_address or self.offer().bulk_address)
+        """Where to present a ticket (``_ticket_target``); BulkUnreachable when
+        this client may not open a bulk connection there."""
+        return self._ticket_target(ticket_address, self.offer())
+
+    def _ticket_target(self, ticket_address: str, offer: _Offer) -> str:
+        """Where to present a ticket: its address, else the one offered in
+        Hello. A TLS client presents it on the offer's Unix socket whatever the
+        ticket names (an older daemon names its TCP port there); with no Unix
+        socket offered it may not present it at all: BulkUnreachable, nothing
+        sent (the caller goes by gRPC)."""
+        if self._transport.secure:
+            if not offer.bulk_address.startswith("unix:"):
+                raise BulkUnreachable("a TLS client opens no plaintext TCP bulk connection")
+            return offer.bulk_address
+        return self._reachable(ticket_address or offer.bulk_address)
 
     def bulk_broken(self) -> None:
         """The bulk channel failed: do not try it again for a while."""
@@ -784,7 +813,7 @@ class DataPlane:
         )
         try:
             status = self._bulk.put(  # its bytes too end by the call's deadline
-                self._reachable(ticket.address or offer.bulk_address),
+                self._ticket_target(ticket.address, offer),
                 ticket.ticket_id,
                 views,
                 deadline,
@@ -935,12 +964,15 @@ class DataPlane:
         """The Unix socket ``address`` took no connection (a restarted daemon
         listens on another): this offer's sessions use its TCP address from now
         on (a shared-memory client negotiates afresh when it finds the new
-        daemon's arena). False when ``address`` is not the offer's Unix socket."""
+        daemon's arena). False when ``address`` is not the offer's Unix socket,
+        or the client may not use TCP instead (``_bulk_address``)."""
         with self._lock:
             offer = self._offer
             if offer is None or offer.hello is None or offer.bulk_address != address:
                 return False
             if not address.startswith("unix:"):
+                return False
+            if self._transport.secure or not offer.hello.bulk_address:
                 return False
             offer.bulk_address = self._reachable(offer.hello.bulk_address)
             return True
@@ -1216,7 +1248,7 @@ class DataPlane:
         if streamed:
             try:
                 self._bulk.get(  # its bytes too end by the call's deadline
-                    self._reachable(ticket.address or offer.bulk_address),
+                    self._ticket_target(ticket.address, offer),
                     ticket.ticket_id,
                     streamed,
                     deadline,

@@ -20,7 +20,7 @@ from tiermem.server.blobs.blocks import AlignedRange
 from tiermem.server.blobs.hashing import SHA256_BYTES
 from tiermem.server.blobs.index import SPACE_RE
 from tiermem.server.config import BlobsConfig
-from tiermem.server.errors import InvalidArgument
+from tiermem.server.errors import CapacityExceeded, InvalidArgument
 from tiermem.server.model import Kind, ObjectKey, validate_session
 from tiermem.v1 import blob_records_pb2 as rec_pb
 from tiermem.v1 import blobs_pb2
@@ -219,8 +219,10 @@ def checked_spec(spec: BlobSpec, config: BlobsConfig) -> BlobSpec:
     """The spec with defaults filled in and every limit checked."""
     checked_key(spec.namespace, spec.key)
     limit = int(config.max_blob_bytes)
-    if spec.size_bytes < 0 or spec.size_bytes > limit:
-        raise InvalidArgument(
+    if spec.size_bytes < 0:
+        raise InvalidArgument(f"blob size_bytes is {spec.size_bytes}; it cannot be negative")
+    if spec.size_bytes > limit:
+        raise CapacityExceeded(
             f"blob is {spec.size_bytes} bytes; the limit is {limit} (blobs.max_blob_bytes)"
         )
     validate_session(spec.session)

@@ -71,13 +71,16 @@ class BulkServer:
         #: serves sessions (None: a session preamble is refused as an unknown ticket)
         self.sessions: SessionHandler | None = None
 
-    def start(self) -> str:
-        """Listen and serve; returns the advertised HOST:PORT."""
+    def start(self, tcp: bool = True) -> str:
+        """Listen and serve; returns the advertised HOST:PORT ("" without
+        ``tcp``: only the Unix socket is served, as under TLS, where a plaintext
+        TCP listener would take bearer tokens from whoever finds its port)."""
         cfg = self._config
-        listener = socket.create_server((cfg.host, cfg.port), backlog=128)
-        port = listener.getsockname()[1]
-        self._listen(listener)
-        self.address = f"{cfg.advertise_host or cfg.host}:{port}"
+        if tcp:
+            listener = socket.create_server((cfg.host, cfg.port), backlog=128)
+            port = listener.getsockname()[1]
+            self._listen(listener)
+            self.address = f"{cfg.advertise_host or cfg.host}:{port}"
         if cfg.unix:
             self.unix_address = self._listen_unix()
         log.info("bulk channel on %s %s", self.address, self.unix_address)

@@ -1,7 +1,17 @@
 """The data plane as one part of the daemon: lease and ticket tables, the byte
 budget they share, the shared-memory plane, bulk transfers and the TCP server.
 ``server.app.Daemon`` builds one, starts it after recovery and stops it first
-on shutdown; the background worker calls ``reap_expired``."""
+on shutdown; the background worker calls ``reap_expired``.
+
+The bulk channel is plaintext. A daemon whose gRPC listener serves TLS
+(``security.tls``) therefore offers clients no TCP bulk address, neither in
+Hello nor in a ticket: a connection there would carry the client's bearer
+token and the values' bytes in the clear, beside the channel TLS protects.
+Only the channel's Unix socket (this host's network namespace alone reaches
+it) and shared memory stay offered; clients elsewhere move bytes over gRPC.
+Nor does it listen on the TCP port (``BulkServer.start(tcp=False)``): a
+listener told to no one would still take tokens from whoever finds it.
+(TLS on the bulk channel itself would lift this; it is not built.)"""
 
 from __future__ import annotations
 
@@ -59,7 +69,9 @@ class DataPlane:
         prove who they are by a client certificate (mutual TLS) and have no
         token has nothing to check on the plaintext bulk channel, so it offers
         no sessions: its clients ask for tickets over the gRPC channel (where
-        their certificate is checked) and only present them on the bulk one."""
+        their certificate is checked) and only present them on the bulk one.
+        Under TLS only the Unix socket is offered (``offers_tcp``), so
+        sessions are opened there alone."""
         cfg = self._config
         mtls_only = cfg.security.tls.client_ca_file is not None and not cfg.security.tokens
         if self._bulk is not None and cfg.dataplane.bulk.sessions and not mtls_only:
@@ -74,9 +86,18 @@ class DataPlane:
     def _lease_ended(self, lease: Lease, how: str) -> None:
         self._metrics.dataplane_lease_ends.labels(lease.kind.value, how).inc()
 
+    @property
+    def offers_tcp(self) -> bool:
+        """Whether clients are told the bulk channel's TCP address: not under
+        TLS (see the module's docstring)."""
+        return not self._config.security.tls.enabled
+
     def start(self) -> None:
         if self._bulk is not None:
-            self.transfers.address = self._bulk.start()
+            tcp = self._bulk.start(tcp=self.offers_tcp)
+            # where tickets send their holders: under TLS the Unix socket ("" when
+            # the system has none: then no tickets are issued, clients use gRPC)
+            self.transfers.address = tcp if self.offers_tcp else self._bulk.unix_address
 
     def hello(self) -> Hello:
         dp = self._config.dataplane
@@ -84,7 +105,7 @@ class DataPlane:
         return Hello(
             host_id=host_id(),
             arena=arena,
-            bulk_address=self.transfers.address,
+            bulk_address=self.transfers.address if self.offers_tcp else "",
             arena_min_bytes=self.shm.arena.arena_min_bytes if self.shm.arena is not None else 0,
             inline_max_bytes=int(dp.inline_max_bytes),
             default_lease_ttl_ms=int(dp.lease_ttl_s * 1000),

@@ -496,10 +496,11 @@ class BulkTransfers:
             views = [item.reader.view for item in ticket.gets if item.reader is not None]
             sent = sum(view.nbytes for view in views)
             arena = self.arena
+            deadline = self._send_deadline(len(header) + sent)
             if arena is not None and isinstance(channel, socket.socket):
-                send_values(channel, header, views, arena.file_fd, arena.file_span)
+                send_values(channel, header, views, arena.file_fd, arena.file_span, deadline)
             else:
-                send_parts(channel, [header, *views], self._send_deadline(len(header) + sent))
+                send_parts(channel, [header, *views], deadline)
         except BaseException:
             _end_logged(ticket.end, ticket.op)
             raise

@@ -8,12 +8,27 @@ the OS page cache and survives ``kill -9``; ``sync`` fsyncs in groups (one
 fsync covers every frame written before it), which SYNC appends wait for.
 
 A flush rotates to a new file; the old files are unlinked once the flushed
-batch is committed to RocksDB. Replay stops at the first torn or damaged frame
-of a file (a crash mid-write); the records before it are intact.
+batch is committed to RocksDB. A file with a damaged frame is also kept,
+hard-linked as ``<name>.damaged``, for inspection (recovery does that).
+
+Replay tells a torn tail from damage:
+
+* **Torn tail** (quiet): the file ends inside its last frame (a crash cut the
+  write short, so nothing in it was acknowledged). The frames before it are
+  replayed.
+* **Damage** (reported in ``damage``): a whole frame that fails its CRC (or
+  does not parse), or a frame header that claims bytes past the end while a
+  frame that checks out follows it (a damaged length). A damaged frame whose
+  length leads to a frame that checks out (or exactly to the end of the file)
+  is skipped and replay goes on from there. A damaged length cannot be
+  resynchronised soundly: the format has no sync marker and record payloads
+  are client bytes that can hold a well-formed frame, so replay stops there
+  and the rest of the file is reported as not replayed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -23,11 +38,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from tiermem.server.errors import InvariantViolation
 from tiermem.v1 import agent_records_pb2 as agent_pb2
 
 _FRAME = struct.Struct("<II")
 _NAME = re.compile(r"^log-(\d{12})\.wal$")
 MAX_FRAME_BYTES = 64 << 20
+#: A log file with a damaged frame is renamed to its name plus this (so it is
+#: neither replayed again nor removed) and kept for inspection.
+DAMAGED_SUFFIX = ".damaged"
 
 
 def frame(records: list[agent_pb2.StoredRecord]) -> bytes:
@@ -53,6 +75,8 @@ class GroupCommitLog:
         self._pending: list[_File] = []  # rotated-out files not fsynced yet
         self._dirty = False
         seqs = [seq for seq, _ in self.existing()]
+        # kept-aside files keep their seq: a new file never takes their name
+        seqs += [_kept_seq(p) for p in kept_aside(directory)]
         self._current = self._open(max(seqs, default=0) + 1)
 
     def existing(self) -> list[tuple[int, Path]]:
@@ -73,13 +97,21 @@ class GroupCommitLog:
         return self._current.seq
 
     def write(self, data: bytes) -> tuple[int, int]:
-        """Append ``data`` (whole frames); returns (file seq, end position)."""
+        """Append ``data`` (whole frames); returns (file seq, end position). A
+        write that fails part way (a full disk) is cut off again before it
+        raises: a partial frame with whole frames after it would read as damage."""
         with self._lock:
             f = self._current
             view = memoryview(data)
-            while view:
-                n = os.write(f.fd, view)
-                view = view[n:]
+            try:
+                while view:
+                    n = os.write(f.fd, view)
+                    view = view[n:]
+            except OSError:
+                # if this fails too, recovery reports the partial frame as damage
+                with contextlib.suppress(OSError):
+                    os.ftruncate(f.fd, f.pos)
+                raise
             f.pos += len(data)
             self._dirty = True
             return f.seq, f.pos
@@ -124,19 +156,110 @@ class GroupCommitLog:
         with self._lock:
             os.close(self._current.fd)
 
+    def kept_aside(self) -> list[Path]:
+        """Log files kept aside for inspection (a damaged frame), oldest first."""
+        return kept_aside(self.directory)
+
+    def keep_aside(self, path: Path) -> Path:
+        """Keep a damaged log file under a name that replay and removal skip (a
+        hard link: the file itself is removed as usual once its good records are
+        committed, so a crash before that replays it again)."""
+        kept = path.with_name(path.name + DAMAGED_SUFFIX)
+        # it exists if a crash cut an earlier recovery short (seqs are never reused)
+        with contextlib.suppress(FileExistsError):
+            os.link(path, kept)
+        return kept
+
     @staticmethod
-    def replay(path: Path) -> Iterator[agent_pb2.StoredRecord]:
+    def replay(path: Path, damage: list[str] | None = None) -> Iterator[agent_pb2.StoredRecord]:
+        """The records of the whole frames of ``path``, in order. Damage found
+        (not a torn tail: module docstring) is described in ``damage``, one
+        line per damaged frame, once the iteration ends."""
         data = path.read_bytes()
+        size = len(data)
+        found = damage if damage is not None else []
         pos = 0
-        while pos + _FRAME.size <= len(data):
-            length, crc = _FRAME.unpack_from(data, pos)
-            start = pos + _FRAME.size
-            if length > MAX_FRAME_BYTES or start + length > len(data):
-                return  # torn tail
-            raw = data[start : start + length]
-            if zlib.crc32(raw) != crc:
+        while pos + _FRAME.size <= size:
+            length = _FRAME.unpack_from(data, pos)[0]
+            end = pos + _FRAME.size + length
+            if length > MAX_FRAME_BYTES or end > size:
+                if length <= MAX_FRAME_BYTES and not _frame_follows(data, pos + _FRAME.size):
+                    return  # torn tail
+                found.append(
+                    f"the frame at byte {pos} claims {length} bytes, past the end or the "
+                    f"limit (a damaged length): the {size - pos} bytes from there are not "
+                    f"replayed"
+                )
                 return
-            batch = agent_pb2.StoredBatch()
-            batch.ParseFromString(raw)
-            yield from batch.records
-            pos = start + length
+            batch = _batch_at(data, pos)
+            if batch is not None:
+                yield from batch.records
+            elif end == size or _batch_at(data, end) is not None:
+                found.append(f"the frame at byte {pos} ({length} bytes) fails its CRC: skipped")
+            else:
+                found.append(
+                    f"the frame at byte {pos} fails its CRC and its length leads to no frame "
+                    f"(a damaged length): the {size - pos} bytes from there are not replayed"
+                )
+                return
+            pos = end
+
+
+def kept_aside(directory: Path) -> list[Path]:
+    """The log files in ``directory`` kept aside for inspection."""
+    if not directory.is_dir():
+        return []
+    return sorted(
+        p for p in directory.iterdir()
+        if p.name.endswith(DAMAGED_SUFFIX) and _NAME.match(p.name[: -len(DAMAGED_SUFFIX)])
+    )  # fmt: skip
+
+
+def _kept_seq(kept: Path) -> int:
+    m = _NAME.match(kept.name[: -len(DAMAGED_SUFFIX)])
+    if m is None:
+        raise InvariantViolation(f"{kept} is not a kept-aside log file")
+    return int(m.group(1))
+
+
+def damage_name(kept: Path) -> str:
+    """How the damage register and fsck name a kept-aside log file."""
+    return f"<scratch log {kept.name}>"
+
+
+def _batch_at(data: bytes, pos: int) -> agent_pb2.StoredBatch | None:
+    """The batch of a whole frame at ``pos`` that checks out, else None."""
+    if pos + _FRAME.size > len(data):
+        return None
+    length, crc = _FRAME.unpack_from(data, pos)
+    start = pos + _FRAME.size
+    if length > MAX_FRAME_BYTES or start + length > len(data):
+        return None
+    raw = data[start : start + length]
+    if zlib.crc32(raw) != crc:
+        return None
+    batch = agent_pb2.StoredBatch()
+    try:
+        batch.ParseFromString(raw)
+    except DecodeError:
+        return None
+    return batch
+
+
+def _frame_follows(data: bytes, start: int) -> bool:
+    """Whether a non-empty frame that checks out starts anywhere from ``start``
+    (tells a damaged length from a torn tail; used to report, never to replay)."""
+    size = len(data)
+    for k in range(4):  # the u32 at every byte position, as 4 aligned views
+        first = start + k
+        count = (size - first - _FRAME.size) // 4 + 1 if size - first >= _FRAME.size else 0
+        if count <= 0:
+            continue
+        lengths = np.frombuffer(data, dtype="<u4", count=count, offset=first)
+        at = first + 4 * np.arange(count, dtype=np.int64)
+        fits = (lengths > 0) & (lengths.astype(np.int64) <= size - at - _FRAME.size)
+        for pos in at[fits].tolist():
+            batch = _batch_at(data, pos)
+            if batch is not None and batch.records:
+                return True
+    return False

@@ -42,7 +42,7 @@ from tiermem.server.errors import CapacityExceeded, FailedPrecondition, Unavaila
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Tier
 from tiermem.server.scratch.batching import plan_batch
-from tiermem.server.scratch.log import GroupCommitLog, frame
+from tiermem.server.scratch.log import GroupCommitLog, damage_name, frame
 from tiermem.server.scratch.memory_index import MemoryIndex
 from tiermem.server.scratch.records import (
     RECORD_OVERHEAD_BYTES,
@@ -60,6 +60,7 @@ from tiermem.server.scratch.records import (
     validate_record,
     vector_of,
 )
+from tiermem.server.services.damage import DamageLog
 from tiermem.server.sessions.cleanup import Freed, Usage
 from tiermem.server.sessions.model import SessionState
 from tiermem.server.sessions.service import SessionService
@@ -173,13 +174,17 @@ class ScratchService:
         embedder: Embedder,
         index: MemoryIndex,
         metrics: Metrics,
+        damage: DamageLog | None = None,
     ) -> None:
+        """``damage``: where damaged log files are registered (default: the
+        session service's store's register, the daemon's one)."""
         self.config = config
         self.rocks = rocks
         self.sessions = sessions
         self.embedder = embedder
         self.index = index
         self.metrics = metrics
+        self.damage = damage if damage is not None else sessions.store.damage
         self.write_back = config.mode == "write_back"
         self._codec = codec_id(config.compression)
         self._log = GroupCommitLog(log_dir)
@@ -728,10 +733,12 @@ class ScratchService:
         }
         replayed = 0
         old_logs = self._log.existing()
+        damaged: dict[Path, list[str]] = {}
         for seq, path in old_logs:
             if seq >= self._log.current_seq:
                 continue
-            for msg in GroupCommitLog.replay(path):
+            found = damaged.setdefault(path, [])
+            for msg in GroupCommitLog.replay(path, found):
                 top = max(top, int(msg.id))
                 if msg.id <= self._flushed_upto or msg.session not in open_sessions:
                     continue
@@ -747,6 +754,7 @@ class ScratchService:
                 replayed += 1
         self._buffer.sort(key=lambda r: r.id)
         self._next_id = top + 1
+        self._keep_damaged_logs({path: found for path, found in damaged.items() if found})
         if self._buffer:
             self._buffer_since = time.monotonic()
             self.flush("recovery")
@@ -759,6 +767,24 @@ class ScratchService:
         if replayed:
             log.info("scratchpad: %d logged records recovered and flushed", replayed)
         return replayed
+
+    def _keep_damaged_logs(self, damaged: dict[Path, list[str]]) -> None:
+        """Register log files with damaged frames and keep them aside (before the
+        recovery flush removes them); files kept at an earlier start are
+        registered again, until an operator deletes them."""
+        for path, found in damaged.items():
+            kept = self._log.keep_aside(path)
+            self.damage.add_named(
+                damage_name(kept), "scratch_log",
+                f"scratchpad log {path.name}: {'; '.join(found)}; the records of the frames "
+                f"that checked out are recovered; the file is kept as {kept.name}",
+            )  # fmt: skip
+        for kept in self._log.kept_aside():
+            self.damage.add_named(
+                damage_name(kept), "scratch_log",
+                f"scratchpad log {kept.name} was kept aside at an earlier start (a damaged "
+                f"frame; acknowledged records in it may be lost): delete it once inspected",
+            )  # fmt: skip
 
 
 def _payload(r: Record, loc: bytes) -> dict[str, Any]:

@@ -688,6 +688,13 @@ class BlobService:
             spec = self._owner(spec, caller)
             old = self._check_replace(spec, caller)
             self._check_session_quota(spec, old)  # before any byte is adopted
+            if isinstance(source, bytes) and not upload_id:
+                # an inline put's bytes were never announced (an upload's were, at
+                # its begin): new content counts against the store's limit here,
+                # under the lock every commit takes
+                known = self.catalog.content(sha)
+                if known is None or known.damaged:
+                    self._check_capacity(len(source))
             created: list[str] = []
             try:
                 self._create_spaces(embeddings, created)

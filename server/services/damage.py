@@ -4,8 +4,17 @@ Filled at start-up (records naming a missing segment file, or a range past the
 end of a truncated one), on reads that fail verification, and by ``fsck``.
 Damaged objects stay in the catalog so every read of them answers DATA_LOSS
 (never bytes) and ``tiermem fsck`` can list them; deleting or overwriting the
-object clears its entry. Exported as ``tiermem_damaged_objects``; each newly
-found damage is logged once and counted in ``tiermem_checksum_failures_total``.
+object clears its entry.
+
+Damage to stored things that are not catalog objects goes here too, under a
+name (``add_named``): a vector collection whose snapshot fails its digests
+(``namespace/VECTOR/collection``, cleared when the collection is dropped or
+snapshotted again) and a scratchpad log file with a damaged frame
+(``<scratch log NAME>``, kept aside in the log folder).
+
+Exported as ``tiermem_damaged_objects``; each newly found damage is logged
+once and counted in ``tiermem_checksum_failures_total`` (``where``: "ssd",
+"vectors", "scratch_log", ...).
 
 Bounded: at most ``MAX_ENTRIES`` objects are remembered (the gauge keeps counting).
 """
@@ -27,6 +36,10 @@ MAX_ENTRIES = 100_000
 #: Damage locations as the checksum-failure metric names them (bounded label).
 _METRIC_WHERE = {"inline": "ssd", "segment": "ssd"}
 
+#: Register keys of named (non-object) damage start with this byte, which no
+#: encoded object key does (it starts with a namespace, valid UTF-8).
+_NAMED = b"\xff"
+
 
 @dataclass(frozen=True, slots=True)
 class Damage:
@@ -44,13 +57,28 @@ class DamageLog:
 
     def add(self, encoded_key: bytes, where: str, reason: str) -> bool:
         """Record damage; True (and logged, counted) if it was not known yet."""
+        return self._add(encoded_key, _name(encoded_key), where, reason)
+
+    def add_named(self, name: str, where: str, reason: str) -> bool:
+        """Record damage to something that is not a catalog object (``where``:
+        "vectors", "scratch_log"); True (logged, counted) if not known yet."""
+        return self._add(_NAMED + name.encode(), name, where, reason)
+
+    def discard_named(self, name: str) -> None:
+        """The named thing was dropped or replaced by a good copy."""
+        self.discard(_NAMED + name.encode())
+
+    def has_named(self, name: str) -> bool:
+        return _NAMED + name.encode() in self
+
+    def _add(self, register_key: bytes, name: str, where: str, reason: str) -> bool:
         with self._lock:
-            if encoded_key in self._entries:
+            if register_key in self._entries:
                 return False
             if len(self._entries) >= MAX_ENTRIES:
                 self._overflow += 1
             else:
-                self._entries[encoded_key] = Damage(_name(encoded_key), reason, where)
+                self._entries[register_key] = Damage(name, reason, where)
             count = len(self._entries) + self._overflow
         self._metrics.checksum_failures.labels(_METRIC_WHERE.get(where, where)).inc()
         self._metrics.damaged_objects.set(count)

@@ -41,6 +41,7 @@ from tiermem import kv_keys
 from tiermem.server.codecs import lossy
 from tiermem.server.config import KvConfig, RemoteTierConfig
 from tiermem.server.errors import (
+    CapacityExceeded,
     InvalidArgument,
     InvariantViolation,
     NotFound,
@@ -313,7 +314,7 @@ class KvService:
             if b.tensor is None:
                 raise InvalidArgument(f"block #{i} has no tensor metadata (dtype and shape)")
             if b.size_bytes > cfg.max_block_bytes:
-                raise InvalidArgument(
+                raise CapacityExceeded(
                     f"block #{i} is {b.size_bytes} bytes; the limit is {cfg.max_block_bytes} "
                     "(kv.max_block_bytes)"
                 )
@@ -323,7 +324,7 @@ class KvService:
                 raise InvalidArgument(f"block #{i}: {exc.message}") from None
             total += b.size_bytes
         if total > cfg.max_batch_bytes:
-            raise InvalidArgument(
+            raise CapacityExceeded(
                 f"PutBlocks carries {total} bytes; the limit is {cfg.max_batch_bytes} "
                 "(kv.max_batch_bytes): split the batch"
             )

@@ -18,7 +18,13 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tiermem.server.catalog.catalog import SEG_NONE, Entry
-from tiermem.server.errors import CapacityExceeded, Corrupted, NotFound, Unavailable
+from tiermem.server.errors import (
+    CapacityExceeded,
+    Corrupted,
+    InvariantViolation,
+    NotFound,
+    Unavailable,
+)
 from tiermem.server.model import Tier
 from tiermem.server.services.store import Store, ValueRead
 from tiermem.server.tiers.ssd import SsdCopy
@@ -31,17 +37,30 @@ class RemoteWrites(Protocol):
     queued deletes and publishes of a key never interleave with a demotion
     uploading that key and recording the copy in the catalog."""
 
-    def claim(self, key: bytes) -> bool:
-        """Reserve ``key`` before uploading it (False: not now)."""
+    def claim(self, key: bytes, *, private: bool = False) -> bool:
+        """Reserve ``key`` before uploading it (under the private name if
+        ``private``; False: not now). The name is journaled, so a restart that
+        purges the object deletes the upload."""
         ...
 
-    def release(self, key: bytes, *, orphaned: bool) -> None:
-        """End the claim; ``orphaned``: the upload was not recorded (delete it)."""
+    def release(self, key: bytes, *, orphaned: bool, private: bool = False) -> None:
+        """End the claim; ``orphaned``: the upload (under the private name if
+        ``private``) was not recorded (delete it)."""
         ...
 
-    def private(self, owner: str) -> bool:
-        """Whether objects ``owner`` owns are a session's, uploaded private (a
-        plain owner tag's are shared like unowned ones)."""
+    def private_row(self, row: int) -> bool:
+        """Whether the object in index row ``row`` is a session's, uploaded
+        private: under this daemon's private name (a plain owner tag's are
+        shared like unowned ones). Call with the store lock."""
+        ...
+
+    def recorded(self, key: bytes, *, private: bool) -> None:
+        """The upload of ``key`` was recorded in the catalog (call with the
+        store lock): ``private``, under the private name."""
+        ...
+
+    def evicted(self, key: bytes, entry: Entry) -> None:
+        """``key``'s object (``entry``) was evicted (call with the store lock)."""
         ...
 
 
@@ -129,7 +148,12 @@ class Mover:
             return self._copy_then_switch(encoded, entry, view, target, force=force)
         if store.remote is None or not store.remote.fits(entry.size):
             return False
-        if not writes.claim(encoded):
+        # a session's object goes under this daemon's private name (``codec``);
+        # the claim journals the name the upload uses, so say which beforehand
+        with store.lock:
+            now = self.catalog.find(encoded)
+            private = now is not None and now.same_copy(entry) and writes.private_row(now.row)
+        if not writes.claim(encoded, private=private):
             return False  # the remote writer is busy with this key: not now
         # the entry was read before the claim: a newer version may have reached
         # the store meanwhile (published, or uploaded by another demotion), and
@@ -144,22 +168,34 @@ class Mover:
                 and now.same_copy(entry)
                 and now.tier != Tier.REMOTE
                 and not now.remote_copy
+                and writes.private_row(now.row) == private
             )
         if not current:
             writes.release(encoded, orphaned=False)  # nothing was uploaded
             return False
         moved = False
         try:
-            moved = self._copy_then_switch(encoded, entry, view, target, force=force)
+            moved = self._copy_then_switch(
+                encoded, entry, view, target, force=force, private=private
+            )
         finally:
-            writes.release(encoded, orphaned=not moved)
+            writes.release(encoded, orphaned=not moved, private=private)
         return moved
 
     def _copy_then_switch(
-        self, encoded: bytes, entry: Entry, view: memoryview, target: Tier, *, force: bool
+        self,
+        encoded: bytes,
+        entry: Entry,
+        view: memoryview,
+        target: Tier,
+        *,
+        force: bool,
+        private: bool = False,
     ) -> bool:
         """Copy ``view`` (the value of the copy ``entry`` describes) to ``target``
-        and switch the entry to it if it still describes that copy."""
+        and switch the entry to it if it still describes that copy. ``private``:
+        a demotion uploads it as a session's value, under this daemon's
+        private name."""
         store = self.store
         new_loc = -1
         ssd_copy: SsdCopy | None = None
@@ -175,7 +211,7 @@ class Mover:
                 ssd_copy = store.ssd.write(encoded, view, entry.checksum, durable=False)
             except CapacityExceeded:
                 return False
-        elif target == Tier.REMOTE and not self._upload(encoded, entry, view):
+        elif target == Tier.REMOTE and not self._upload(encoded, entry, view, private):
             return False
         store.faults.point("move.after_copy")
         with store.lock:
@@ -223,6 +259,8 @@ class Mover:
                 store.ssd.count_release(encoded, entry.seg, entry.size)
             if target == Tier.REMOTE:
                 self.catalog.set_remote(entry.row, True)
+                if not entry.remote_copy and self.remote_writes is not None:
+                    self.remote_writes.recorded(encoded, private=private)
             store.faults.point("move.after_switch")
             if entry.tier in store.memory:
                 store.leases.free(entry.tier, entry.loc, entry.size)
@@ -231,26 +269,30 @@ class Mover:
         store.metrics.migrated_bytes.labels(entry.tier.name, target.name, kind).inc(entry.size)
         return True
 
-    def _upload(self, encoded: bytes, entry: Entry, view: memoryview) -> bool:
-        """Make sure the remote store holds this version of the object. Nothing is
-        sent when a copy was written earlier (publish, adoption): the store may have
-        evicted it since, and a later read then finds a miss, as after any eviction
-        by the store. False when the store is down or refuses the value (the caller
+    def _upload(self, encoded: bytes, entry: Entry, view: memoryview, private: bool) -> bool:
+        """Make sure the remote store holds this version of the object. When a copy
+        was written earlier (publish, adoption) the store is asked whether it still
+        has it, and the value is sent again if not: the store may have evicted it,
+        or lost it in a restart, and the flag saying a copy is there is never
+        cleared otherwise (demoting without the check turned a block this daemon
+        still held into a miss, here and on every other daemon). ``private``: a
+        session's object, written under this
+        daemon's private name (``codec``), which other daemons never read; else
+        under the shared name, with no owner (an owner tag is shared like no
+        owner). False when the store is down or refuses the value (the caller
         drops or keeps the object)."""
         remote = self.store.remote
         if remote is None or not remote.fits(entry.size):
             return False
-        if entry.remote_copy:
-            return True
         try:
+            if entry.remote_copy and remote.exists([encoded], [private])[0]:
+                return True
             with self.store.lock:
                 meta = self.catalog.meta(encoded, entry)
-            writes = self.remote_writes
-            if meta.session and (writes is None or not writes.private(meta.session)):
-                # an owner tag: shared like no owner. A session's object keeps
-                # its owner, so the value is written private (``codec``): other
-                # daemons treat it as absent, this one reads it by its entry.
+            if not private:
                 meta = dataclasses.replace(meta, session="")
+            elif not meta.session:
+                raise InvariantViolation(f"private upload of {meta.key}, which no session owns")
             return remote.put([(meta, remote.pack(meta, view))])[0]
         except (Unavailable, NotFound):
             return False
@@ -270,7 +312,10 @@ class Mover:
             if only_from and entry.tier != tier:
                 return 0
             # an eviction: a remote copy stays for the other daemons of the deployment
+            # (a private one is deleted: ``RemoteService.evicted``)
             freed = self.store.remove_locked(encoded, entry, keep_remote=True)
+            if self.remote_writes is not None:
+                self.remote_writes.evicted(encoded, entry)
         metrics = self.store.metrics
         if recompute:
             metrics.drops_to_recompute.labels(tier.name, entry.kind.name).inc()

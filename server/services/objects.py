@@ -31,6 +31,7 @@ from tiermem.server.catalog.index import SEG_INLINE, SEG_NONE
 from tiermem.server.catalog.records import StoredRecord
 from tiermem.server.errors import (
     AlreadyExists,
+    CapacityExceeded,
     Corrupted,
     FailedPrecondition,
     InvalidArgument,
@@ -310,13 +311,13 @@ class ObjectService:
         check_client_key(spec.key)
         limit = self.store.config.limits.max_object_bytes
         if spec.size_bytes > limit:
-            raise InvalidArgument(
+            raise CapacityExceeded(
                 f"object is {spec.size_bytes} bytes; the limit is {limit} (limits.max_object_bytes)"
             )
         kv_limit = self.store.config.kv.max_block_bytes
         if spec.key.kind == Kind.KV_BLOCK and spec.size_bytes > kv_limit and not spec.codec:
             # KV blocks put as objects (the clients' fast paths) keep PutBlocks' limit
-            raise InvalidArgument(
+            raise CapacityExceeded(
                 f"KV block is {spec.size_bytes} bytes; the limit is {kv_limit} (kv.max_block_bytes)"
             )
         if spec.tensor is not None and not spec.codec:

@@ -54,6 +54,19 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
 
 Values the remote store no longer has are misses: their stale catalog entries
 are removed (``Store.forget_stale``), never reported as errors.
+
+**Private copies.** A session's object is never published; demoted to the
+remote tier, it is written under this daemon's private name (``codec``), which
+no other daemon reads or asks for, and which never replaces the shared value
+of the key. This daemon reads, promotes and deletes it under that name: which
+name holds an object's remote copy is remembered per key
+(``_private_copies``, in memory: sessions' objects are purged at restart), as
+the catalog keeps no owner of a removed version, and a delete queued for one
+(``_Op.private``) removes that name only. The journal of deletes records
+names, not keys: a demotion's private upload is journaled under the private
+name (``claim``), so the restart that purges the session's object deletes its
+copy, and a key can be journaled under both names at once. A failed delete
+fences its name only.
 """
 
 from __future__ import annotations
@@ -86,11 +99,13 @@ from tiermem.server.services.guard import Role
 from tiermem.server.services.objects import FilledPut, ObjectService, PutSpec
 from tiermem.server.services.placement import PlacementService
 from tiermem.server.services.store import Store, ValueRead
+from tiermem.server.storage.rocks import RocksStore
 from tiermem.server.tiers.base import Reservation
 from tiermem.server.tiers.remote import RemoteTier, RemoteValue
+from tiermem.server.tiers.remote.codec import new_daemon_id, valid_daemon_id
 from tiermem.server.tiers.remote.codec import private as private_value
 from tiermem.server.tiers.remote.engine import LandedValue, ReadValue, release_all
-from tiermem.server.tiers.remote.journal import DeleteJournal
+from tiermem.server.tiers.remote.journal import DeleteJournal, names
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +120,33 @@ PUBLISH_ATTEMPTS = 3
 PUBLISH_RETRY_PAUSE_S = 0.25
 #: Pause after a failed remote delete before it is tried again (seconds).
 DELETE_RETRY_PAUSE_S = 0.5
+#: Key (column family "meta") of this daemon's id, which scopes its private names.
+DAEMON_ID_KEY = b"remote.daemon_id"
+
+
+def daemon_id(rocks: RocksStore) -> str:
+    """This daemon's id in the remote store (``codec``: it scopes the names of
+    its sessions' private values): made once, at random, and kept in its own
+    catalog (synced before it is used), so it is the same after a restart and
+    differs between daemons, one per data directory. A copy of a data
+    directory started as a second daemon would share it. Raises Corrupted
+    when the stored id is damaged."""
+    raw = rocks.get("meta", DAEMON_ID_KEY)
+    if raw is not None:
+        stored = raw.decode("ascii", errors="replace")
+        if not valid_daemon_id(stored):
+            raise Corrupted(f"the daemon id in the catalog ({raw!r}) is damaged")
+        return stored
+    made = new_daemon_id()
+    batch = rocks.batch()
+    batch.put("meta", DAEMON_ID_KEY, made.encode("ascii"))
+    batch.commit(sync=True)
+    return made
+
+
+#: A remote name of an object: its encoded key, and whether it is this daemon's
+#: private name of it (``codec``) rather than its shared one.
+_Name = tuple[bytes, bool]
 
 
 class _Sessions(Protocol):
@@ -121,6 +163,8 @@ class _Op:
     key: bytes
     size: int
     attempt: int = 0
+    #: a delete of this daemon's private value of the key, not its shared one
+    private: bool = False
 
 
 class _Landing:
@@ -199,27 +243,39 @@ class RemoteService:
         #: writer has made room (``_refill``)
         self._deferred: dict[bytes, int] = {}
         self._deletes = 0
-        #: keys whose remote copy must be deleted, kept until the delete is done
+        #: names whose remote copy must be deleted, kept until the delete is done
         #: (a restarted daemon carries them out: ``start``)
         self.journal = DeleteJournal(store.catalog.rocks)
         #: where the journal's next window starts (``_replay``; None: all queued)
         self._replay_after: bytes | None = None
-        #: keys whose last remote delete failed. The store may still carry it
-        #: out (a call given up at its deadline runs on, and a slow store runs a
-        #: command it received late), so nothing is uploaded under the name (no
-        #: publish, no demotion) and reads treat it as a miss until a later
-        #: delete, started once each failed call on it had ended, is confirmed
-        #: (``_delete``). Each maps to the end events of failed calls that may
-        #: still be running.
-        self._fenced: dict[bytes, list[threading.Event]] = {}
-        #: fenced keys whose delete is tried again at ``_retry_at`` (monotonic s)
-        self._parked: dict[bytes, None] = {}
+        #: names (key, private) whose last remote delete failed. The store may
+        #: still carry it out (a call given up at its deadline runs on, and a
+        #: slow store runs a command it received late), so nothing is uploaded
+        #: under the name (no publish or demotion under the shared name, no
+        #: demotion under the private one) and reads of the shared name treat
+        #: the key as a miss until a later delete, started once each failed call
+        #: on it had ended, is confirmed (``_delete``). Each maps to the end
+        #: events of failed calls that may still be running.
+        self._fenced: dict[_Name, list[threading.Event]] = {}
+        #: fenced names whose delete is tried again at ``_retry_at`` (monotonic s)
+        self._parked: dict[_Name, None] = {}
         self._retry_at = 0.0
-        #: publishes of fenced keys (key -> size), queued when the fence is lifted
+        #: publishes of keys whose shared name is fenced (key -> size), queued
+        #: when the fence is lifted
         self._after_fence: dict[bytes, int] = {}
-        #: keys whose remote delete is queued or running: a read treats them as
-        #: misses (else it would fetch the deleted value and adopt it again)
-        self._deleting: dict[bytes, int] = {}
+        #: names (key, private) whose remote delete is queued or running, with
+        #: how many: a read treats a key whose shared name is here as a miss
+        #: (else it would fetch the deleted value and adopt it again); the
+        #: journal keeps a name a delete is queued for again (``_settled``)
+        self._deleting: dict[_Name, int] = {}
+        #: keys whose last remote copy recorded in the catalog (a demotion's
+        #: upload) is this daemon's private value (``codec``), not the shared
+        #: one: reads and deletes of that copy use the private name. Guarded by
+        #: the store lock; a key leaves it when a removal, overwrite or eviction
+        #: of its version queues the private delete, or a shared copy of a later
+        #: version is recorded. At most one key per catalog entry, but for keys
+        #: whose entry the store's eviction removed (``Store.forget_stale``).
+        self._private_copies: set[bytes] = set()
         #: keys of the publish batch being uploaded now (a delete of one of them
         #: must follow the upload: see ``_removed``)
         self._publishing: set[bytes] = set()
@@ -235,6 +291,7 @@ class RemoteService:
         self._thread: threading.Thread | None = None
         store.on_remote_removed = self._removed
         store.on_remote_unpublished = lambda keys: self._removed([], keys)
+        store.remote_private = self.private_copy
         objects.on_remote_replaced = self._replaced
         objects.mover.remote_writes = self
         if config.share:
@@ -331,37 +388,66 @@ class RemoteService:
                 self._queue_publish(_Op(False, key, size))
 
     def _removed(self, keys: list[bytes], unpublished: Sequence[bytes] = ()) -> None:
-        """Called under the store lock: queue the deletes (cheap, no I/O).
+        """Called under the store lock: queue the deletes (cheap, no I/O), of
+        the private name for a copy that is this daemon's private value.
         ``unpublished``: removed objects without a remote copy yet; those whose
         publish is queued or uploading now get a delete too (queued after it:
         the upload would otherwise leave the deleted object in the store)."""
+        private = [k for k in keys if k in self._private_copies]
+        self._private_copies.difference_update(keys)
+        self._private_copies.difference_update(unpublished)
         with self._cond:
             racing = [k for k in unpublished if k in self._queued_keys or k in self._publishing]
-            self._queue_deletes([*keys, *racing])
+            mine = set(private)
+            self._queue_deletes([*(k for k in keys if k not in mine), *racing])
+            self._queue_deletes(private, private=True)
 
     def _replaced(self, keys: list[bytes]) -> None:
         """Called under the store lock with overwritten objects whose old version
         has a remote copy: delete it unless the new version is published over
         it (a publish that ends up skipped or given up deletes it then). Those
         published over are journaled until the publish lands (``_publish``): a
-        crash before it must not leave the old version to be adopted."""
+        crash before it must not leave the old version to be adopted. A copy
+        that is this daemon's private value is deleted (nothing is published
+        over the private name)."""
         published = self.config.share
+        private = [k for k in keys if k in self._private_copies]
+        self._private_copies.difference_update(private)
+        mine = set(private)
+        shared = [k for k in keys if k not in mine]
         doomed = [
             k
-            for k in keys
+            for k in shared
             if not (published and ObjectKey.decode(k).kind in self.kinds) or self._private_key(k)
         ]
+        gone = set(doomed)
         with self._cond:
             self._queue_deletes(doomed)
-            self._journal([k for k in keys if k not in set(doomed)])
+            self._queue_deletes(private, private=True)
+            self._journal([k for k in shared if k not in gone])
+
+    def private_copy(self, key: bytes) -> bool:
+        """Whether the remote copy the catalog records for ``key`` (served from
+        the remote tier, or kept after a promotion) is this daemon's private
+        value (read it under the private name). A set lookup: safe without the
+        store lock, for an entry found under it."""
+        return key in self._private_copies
+
+    def _record_copy(self, key: bytes, *, private: bool) -> None:
+        """A remote copy of ``key``'s current version was recorded in the catalog
+        (call with the store lock): remember which name holds it."""
+        if private:
+            self._private_copies.add(key)
+        else:
+            self._private_copies.discard(key)
 
     def _private_key(self, key: bytes) -> bool:
         """Whether ``key``'s current version belongs to a session, so it is never
         published (call with the store lock; see ``private``)."""
         entry = self.catalog.find(key)
-        return entry is not None and self._private_row(entry.row)
+        return entry is not None and self.private_row(entry.row)
 
-    def _private_row(self, row: int) -> bool:
+    def private_row(self, row: int) -> bool:
         """Whether the object in index row ``row`` belongs to a session, so it is
         never published (call with the store lock; see ``private``)."""
         return self.private(self.catalog.sessions.name(int(self.catalog.index.cols["sess"][row])))
@@ -398,70 +484,79 @@ class RemoteService:
                 [k for k in keys if k not in self._queued_keys and k not in self._deferred]
             )
 
-    def _queue_deletes(self, keys: Sequence[bytes], *, journal: bool = True) -> None:
-        """Journal remote deletes of ``keys`` and queue them after everything
+    def _queue_deletes(
+        self, keys: Sequence[bytes], *, private: bool = False, journal: bool = True
+    ) -> None:
+        """Journal remote deletes of ``keys`` (their shared names, or with
+        ``private`` this daemon's private ones) and queue them after everything
         queued so far, up to ``MAX_PENDING_DELETES`` (more stay in the journal
         only, for the next start; call with _cond). Called right after the
         catalog write that makes the deletes necessary: the journal entry follows
         it in the WAL, with the same durability (see ``DeleteJournal``). A
         journal write that fails (a full disk) is logged; the deletes are queued
-        all the same. ``journal``: False for keys read from the journal."""
+        all the same. ``journal``: False for names read from the journal."""
         if not keys:
             return
         if journal:
-            self._journal(keys)
+            self._journal(keys, private=private)
         room = max(0, MAX_PENDING_DELETES - self._deletes)
         for key in keys[:room]:
-            self._ops.append(_Op(True, key, 0))
-            self._deleting[key] = self._deleting.get(key, 0) + 1
+            self._ops.append(_Op(True, key, 0, private=private))
+            name = (key, private)
+            self._deleting[name] = self._deleting.get(name, 0) + 1
         self._deletes += min(len(keys), room)
         self._cond.notify()
 
-    def _journal(self, keys: Sequence[bytes]) -> None:
-        """Journal ``keys`` as remote copies to delete (call with _cond); a
-        failure (a full disk) is logged."""
+    def _journal(self, keys: Sequence[bytes], *, private: bool = False) -> None:
+        """Journal the shared (or ``private``) names of ``keys`` as remote copies
+        to delete (call with _cond); a failure (a full disk) is logged."""
         if not keys:
             return
         try:
-            self.journal.add(keys)
+            self.journal.add(keys, private=private)
         except TiermemError as exc:
             log.warning("%d remote deletes not journaled (%s)", len(keys), exc)
 
     def deleting(self, key: bytes) -> bool:
-        """Whether a remote delete of ``key`` is queued, running, or failed and
-        not yet confirmed by a later one."""
+        """Whether a remote delete of ``key``'s shared name (the one reads ask
+        for) is queued, running, or failed and not yet confirmed by a later one."""
         with self._cond:
-            return key in self._deleting or key in self._fenced
+            return (key, False) in self._deleting or (key, False) in self._fenced
 
     def _held_back(self, key: bytes) -> bool:
         """Whether what the store holds under ``key``, an object this daemon has
         no entry for, must not be read: a delete of it is queued or running, or
         a publish of it is pending (the object was evicted before its publish,
         which then deletes the older version the store holds)."""
+        name = (key, False)  # (a key held here is read by its entry, not by this)
         with self._cond:
             return (
-                key in self._deleting
-                or key in self._fenced
+                name in self._deleting
+                or name in self._fenced
                 or key in self._queued_keys
                 or key in self._deferred
                 or key in self._publishing
             )
 
     # -- demotions (the mover uploads directly; see ``Mover.remote_writes``) -----------
-    def claim(self, key: bytes) -> bool:
-        """Reserve ``key`` for a demotion that uploads it: waits while the writer
+    def claim(self, key: bytes, *, private: bool = False) -> bool:
+        """Reserve ``key`` for a demotion that uploads it (under this daemon's
+        private name if ``private``: a session's object): waits while the writer
         carries out a publish or delete of it (up to ``op_timeout_s``; False
         then: the demotion does not happen now; False too while a failed delete
-        of the key may still land: see ``_fenced``). Until ``release``, the writer
-        carries out no op on the key, so the delete check (``_delete``) never
-        runs between the upload and the catalog switch that records it.
+        under the same name may still land: see ``_fenced``). Until ``release``,
+        the writer carries out no op on the key, so the delete check
+        (``_delete``) never runs between the upload and the catalog switch that
+        records it.
 
-        The key is journaled first (False if that fails): the upload is this
+        The name is journaled first (False if that fails): the upload is this
         daemon's copy of an object whose record is volatile (no SSD copy once
-        it is served remotely), so a restart purges the record and deletes the
-        copy, which no daemon would otherwise delete (nor, for a session's
-        object, adopt). A delete of the key that the store carries out takes
-        it off the journal (the object was deleted or replaced)."""
+        it is served remotely; a session's objects are purged at restart too),
+        so a restart purges the record and deletes the copy, which no daemon
+        would otherwise delete (nor, for a session's object, adopt or even
+        find: its private name is this daemon's). A delete under that name
+        that the store carries out takes it off the journal (the object was
+        deleted, replaced or evicted)."""
         deadline = time.monotonic() + self.config.op_timeout_s
         with self._cond:
             while key in self._writing or key in self._claimed:
@@ -469,10 +564,10 @@ class RemoteService:
                 if left <= 0:
                     return False
                 self._cond.wait(left)
-            if key in self._fenced:
+            if (key, private) in self._fenced:
                 return False
             try:
-                self.journal.add([key])
+                self.journal.add([key], private=private)
             except TiermemError as exc:
                 log.warning(
                     "not demoting %s: journal write failed (%s)", ObjectKey.decode(key), exc
@@ -481,16 +576,34 @@ class RemoteService:
             self._claimed.add(key)
             return True
 
-    def release(self, key: bytes, *, orphaned: bool) -> None:
+    def release(self, key: bytes, *, orphaned: bool, private: bool = False) -> None:
         """End a ``claim``. ``orphaned``: the demotion was not recorded (the
         object changed or went meanwhile, the upload failed): what it may have
-        uploaded is deleted, after everything queued so far (dropped if the
-        object's current version has a remote copy by then)."""
+        uploaded (under the private name if ``private``) is deleted, after
+        everything queued so far (dropped if the object's current version has
+        a remote copy under that name by then)."""
         with self._cond:
             self._claimed.discard(key)
             if orphaned:
-                self._queue_deletes([key])
+                self._queue_deletes([key], private=private)
             self._cond.notify_all()
+
+    def recorded(self, key: bytes, *, private: bool) -> None:
+        """A demotion's upload of ``key`` was recorded in the catalog (call with
+        the store lock, at the switch): ``private``, under the private name."""
+        self._record_copy(key, private=private)
+
+    def evicted(self, key: bytes, entry: Entry) -> None:
+        """``key``'s object (``entry``) was evicted (call with the store lock): a
+        shared remote copy stays for the other daemons; a private one is
+        deleted, as nobody reads it any more (this daemon reads the shared
+        name of a key it holds no entry for)."""
+        if key not in self._private_copies:
+            return
+        self._private_copies.discard(key)
+        if entry.remote_copy or entry.tier == Tier.REMOTE:
+            with self._cond:
+                self._queue_deletes([key], private=True)
 
     def _next_batch(self) -> list[_Op]:
         """Consecutive ops of one type, within the batch limits, up to the first
@@ -540,7 +653,7 @@ class RemoteService:
             retry: list[_Op] = []
             try:
                 if batch[0].delete:
-                    self._delete([op.key for op in batch])
+                    self._delete(batch)
                 else:
                     retry = self._publish(batch)
             except Exception:
@@ -553,11 +666,12 @@ class RemoteService:
                     if batch[0].delete:
                         self._deletes -= len(batch)
                         for op in batch:
-                            left = self._deleting.get(op.key, 0) - 1
+                            name = (op.key, op.private)
+                            left = self._deleting.get(name, 0) - 1
                             if left > 0:
-                                self._deleting[op.key] = left
+                                self._deleting[name] = left
                             else:
-                                self._deleting.pop(op.key, None)
+                                self._deleting.pop(name, None)
                     else:
                         self._queued_bytes -= sum(op.size for op in batch)
                         # a failed upload goes to the back of the queue (bounded tries)
@@ -573,115 +687,134 @@ class RemoteService:
 
     def _replay(self) -> int:
         """Queue the journal's next window of deletes once the queue has room
-        (from ``start``, then from the writer, which alone moves the cursor).
-        Keys journaled meanwhile may be queued again: a delete of a key whose
-        current version has a remote copy is spared (``_delete``). Returns how
-        many were queued."""
+        (from ``start``, then from the writer, which alone moves the cursor):
+        each journaled name of a key, its shared one, this daemon's private
+        one, or both. Names journaled meanwhile may be queued again: a delete
+        of a key whose current version has a remote copy under that name is
+        spared (``_delete``). Returns how many were queued."""
         after = self._replay_after
         if after is None or self._deletes > MAX_PENDING_DELETES // 2:
             return 0
-        window = MAX_PENDING_DELETES - self._deletes
+        window = (MAX_PENDING_DELETES - self._deletes) // 2  # keys of up to two names
         try:
-            keys = self.journal.keys(window, after=after)
+            entries = self.journal.entries(window, after=after)
         except TiermemError as exc:
             log.error("the journal of remote deletes could not be read: %s", exc)
-            keys = []
-        self._replay_after = keys[-1] if len(keys) >= window else None
+            entries = []
+        self._replay_after = entries[-1][0] if len(entries) >= window else None
+        queued = 0
         with self._cond:
-            todo = [k for k in keys if k not in self._deleting]
-            self._queue_deletes(todo, journal=False)
-        return len(todo)
+            for private in (False, True):
+                todo = [
+                    key
+                    for key, marks in entries
+                    if private in names(marks) and (key, private) not in self._deleting
+                ]
+                self._queue_deletes(todo, private=private, journal=False)
+                queued += len(todo)
+        return queued
 
-    def _settled(self, keys: list[bytes], *, deleted: bool = True) -> None:
-        """Remove from the journal the keys of a delete batch that the store
-        carried out (``deleted``), or of a publish batch that landed, except
-        those with a delete queued (again) meanwhile (it removes the entry;
-        under _cond, which orders this after any ``_queue_deletes`` or
-        ``claim`` of the same keys). A failure is logged: the deletes are
-        repeated at the next start."""
-        if not keys:
+    def _settled(self, done: list[_Name], *, deleted: bool = True) -> None:
+        """Remove from the journal the names of a delete batch that the store
+        carried out (``deleted``), or of a publish batch that landed (shared
+        names), except those with a delete queued (again) meanwhile (it removes
+        the entry; under _cond, which orders this after any ``_queue_deletes``
+        or ``claim`` of the same names). A key's other name stays journaled. A
+        failure is logged: the deletes are repeated at the next start."""
+        if not done:
             return
-        ours = Counter(keys)
+        ours = Counter(done)
         with self._cond:
-            done = [k for k, n in ours.items() if self._deleting.get(k, 0) <= (n if deleted else 0)]
-            if not done:
-                return
-            try:
-                self.journal.remove(done)
-            except TiermemError as exc:
-                log.warning("%d done remote deletes stay journaled (%s)", len(done), exc)
+            for private in (False, True):
+                keys = [
+                    key
+                    for (key, p), n in ours.items()
+                    if p == private and self._deleting.get((key, p), 0) <= (n if deleted else 0)
+                ]
+                if not keys:
+                    continue
+                try:
+                    self.journal.remove(keys, private=private)
+                except TiermemError as exc:
+                    log.warning("%d done remote deletes stay journaled (%s)", len(keys), exc)
 
     def _retry_parked(self) -> None:
-        """Queue the deletes of parked keys again (call with _cond); those past
+        """Queue the deletes of parked names again (call with _cond); those past
         ``MAX_PENDING_DELETES`` stay parked."""
         room = max(0, MAX_PENDING_DELETES - self._deletes)
-        keys = list(self._parked)
-        again = [k for k in keys if k not in self._deleting][:room]
-        for key in again:
-            del self._parked[key]
+        again = [name for name in self._parked if name not in self._deleting][:room]
+        for name in again:
+            del self._parked[name]
         self._retry_at = time.monotonic() + DELETE_RETRY_PAUSE_S
-        self._queue_deletes(again, journal=False)
+        for private in (False, True):
+            keys = [key for key, p in again if p == private]
+            self._queue_deletes(keys, private=private, journal=False)
 
-    def _lift(self, key: bytes) -> None:
-        """End a key's fence (call with _cond): its held publish is queued."""
-        del self._fenced[key]
-        self._parked.pop(key, None)
-        size = self._after_fence.pop(key, None)
+    def _lift(self, name: _Name) -> None:
+        """End a name's fence (call with _cond): a publish the shared name's
+        fence held back is queued."""
+        del self._fenced[name]
+        self._parked.pop(name, None)
+        key, private = name
+        size = None if private else self._after_fence.pop(key, None)
         if size is not None and key not in self._queued_keys and key not in self._deferred:
             self._queue_publish(_Op(False, key, size))
             self._cond.notify_all()
 
-    def _delete(self, keys: list[bytes]) -> None:
-        """Carry out a batch of deletes and take the deleted keys off the journal.
-        A spared key (below) stays journaled: its current copy is a demotion's,
+    def _delete(self, ops: list[_Op]) -> None:
+        """Carry out a batch of deletes (each of a key's shared name or of this
+        daemon's private one) and take the deleted names off the journal. A
+        spared name (below) stays journaled: its current copy is a demotion's,
         journaled by ``claim``, or a published one, which a delete at the next
-        start only turns into a miss. After a failure the keys stay journaled
-        and are fenced (``_fenced``) and tried again after
-        ``DELETE_RETRY_PAUSE_S``: a confirmed delete lifts a key's fence if
+        start only turns into a miss. After a failure the names stay journaled
+        and are fenced (``_fenced``: per name, so a failed delete of a private
+        copy holds back no publish) and tried again after
+        ``DELETE_RETRY_PAUSE_S``: a confirmed delete lifts a name's fence if
         every failed call on it had ended when it started (a store serves a
         node's commands in arrival order, so a late one has landed by then);
         otherwise it is tried again."""
         # Each delete was queued for a version older than the one the catalog may
-        # name now: a key whose current version has a remote copy (a demotion
-        # uploaded it directly, after the delete was queued) keeps it. No upload
-        # of these keys can land between this check and the delete: demotions
-        # claim a key from their upload to their catalog switch, and cannot
-        # claim one while it is in this batch (``claim``).
+        # name now: a key whose current version has a remote copy under the same
+        # name (a demotion uploaded it directly, after the delete was queued)
+        # keeps it. No upload of these keys can land between this check and the
+        # delete: demotions claim a key from their upload to their catalog
+        # switch, and cannot claim one while it is in this batch (``claim``).
         with self.store.lock:
-            current = [self.catalog.find(k) for k in keys]
+            current = [(self.catalog.find(op.key), op.key in self._private_copies) for op in ops]
         doomed = [
-            k
-            for k, e in zip(keys, current, strict=True)
-            if e is None or not (e.remote_copy or e.tier == Tier.REMOTE)
+            op
+            for op, (e, private) in zip(ops, current, strict=True)
+            if e is None or not (e.remote_copy or e.tier == Tier.REMOTE) or private != op.private
         ]
-        spared = set(keys).difference(doomed)
+        gone = [(op.key, op.private) for op in doomed]
+        spared = {(op.key, op.private) for op in ops}.difference(gone)
         with self._cond:
-            for key in spared:
-                if key in self._fenced:
-                    self._parked[key] = None  # spared (not expected while fenced): later
-            clear = {k for k in doomed if all(e.is_set() for e in self._fenced.get(k, ()))}
+            for name in spared:
+                if name in self._fenced:
+                    self._parked[name] = None  # spared (not expected while fenced): later
+            clear = {n for n in gone if all(e.is_set() for e in self._fenced.get(n, ()))}
         if not doomed:
             return
         ended = threading.Event()
         try:
-            self.remote.delete(doomed, ended.set)
+            self.remote.delete([op.key for op in doomed], [op.private for op in doomed], ended.set)
         except Unavailable:  # counted and logged by the engine
             with self._cond:
-                for key in doomed:
-                    running = [e for e in self._fenced.get(key, ()) if not e.is_set()]
-                    self._fenced[key] = [*running, ended]
-                    self._parked[key] = None
+                for name in gone:
+                    running = [e for e in self._fenced.get(name, ()) if not e.is_set()]
+                    self._fenced[name] = [*running, ended]
+                    self._parked[name] = None
                 self._retry_at = time.monotonic() + DELETE_RETRY_PAUSE_S
             return
-        self._settled(doomed)
+        self._settled(gone)
         with self._cond:
-            for key in doomed:
-                if key not in self._fenced:
+            for name in gone:
+                if name not in self._fenced:
                     continue
-                if key in clear:
-                    self._lift(key)
+                if name in clear:
+                    self._lift(name)
                 else:  # an earlier call was still running: it may land after this one
-                    self._parked[key] = None
+                    self._parked[name] = None
 
     def _publish(self, ops: list[_Op]) -> list[_Op]:
         """Upload a batch; returns the ops to try again (the upload failed, tries left)."""
@@ -697,7 +830,7 @@ class RemoteService:
         stale: list[bytes] = []
         with self._cond:
             # a failed delete of these may still land: published once it cannot
-            fenced = {op.key for op in ops if op.key in self._fenced}
+            fenced = {op.key for op in ops if (op.key, False) in self._fenced}
             for op in ops:
                 if op.key not in fenced:
                     continue
@@ -765,9 +898,10 @@ class RemoteService:
                     # the remote delete (``_removed``); an eviction keeps the copy
                     continue
                 if (now.checksum, now.size) == (entry.checksum, entry.size) and not (
-                    self._private_row(now.row)
+                    self.private_row(now.row)
                 ):
                     catalog.set_remote(now.row, True)
+                    self._record_copy(key, private=False)
                 else:
                     overtaken.append(key)
         retried = {op.key for op in retry}
@@ -785,7 +919,7 @@ class RemoteService:
         # a version replaced by an overwrite is journaled until its successor
         # lands over it (``_replaced``); the overtaken have a delete queued now
         landed = [key for (key, _, _, _), ok in zip(items, stored, strict=True) if ok]
-        self._settled(landed, deleted=False)
+        self._settled([(key, False) for key in landed], deleted=False)
         done = sum(stored)
         if done:
             m.remote_published.labels("stored").inc(done)
@@ -810,8 +944,12 @@ class RemoteService:
         step = self.config.batch_max_objects
         for start in range(0, len(ask), step):
             window = ask[start : start + step].tolist()
+            # a chunk held here is looked for under the name of its copy; one that
+            # is not, under its shared name: another daemon's session's block,
+            # private to it, is not found (the read would miss it)
+            private = [bool(rows[j] >= 0) and self.private_copy(keys[j]) for j in window]
             try:
-                found = self.remote.exists([keys[j] for j in window])
+                found = self.remote.exists([keys[j] for j in window], private)
             except Unavailable:
                 return window[0], bytes(out[: window[0]])
             found = [
@@ -848,6 +986,7 @@ class RemoteService:
         store, catalog = self.store, self.catalog
         with store.lock:
             entries = {k: catalog.find(k) for k in keys}
+            mine = {k for k, e in entries.items() if e is not None and k in self._private_copies}
         out: dict[bytes, RemoteValue | None] = {}
         wanted = []
         for k, e in entries.items():
@@ -857,7 +996,7 @@ class RemoteService:
                 wanted.append(k)
         if not wanted:
             return out
-        parts = self.remote.read(wanted)
+        parts = self.remote.read(wanted, [k in mine for k in wanted])
         try:
             for part, values in parts:
                 for n, (i, value) in enumerate(zip(part, values, strict=True)):
@@ -1273,6 +1412,7 @@ class RemoteService:
                 entry = self.catalog.find(encoded)
                 if entry is not None and entry.checksum == meta.checksum:
                     self.catalog.set_remote(entry.row, True)
+                    self._record_copy(encoded, private=False)
                     self.catalog.touch(entry.row, encoded)
         self.store.metrics.remote_adopted.inc(len(metas))
 
@@ -1283,6 +1423,7 @@ class RemoteService:
             entry = self.catalog.find(encoded)
             if entry is not None and entry.checksum == meta.checksum:
                 self.catalog.set_remote(entry.row, True)
+                self._record_copy(encoded, private=False)
                 if touch:
                     self.catalog.touch(entry.row, encoded)
         self.store.metrics.remote_adopted.inc()

@@ -74,6 +74,9 @@ class Store:
         self.on_remote_removed: Callable[[list[bytes]], None] | None = None
         #: told of removed objects without a remote copy (``RemoteService._removed``)
         self.on_remote_unpublished: Callable[[list[bytes]], None] | None = None
+        #: whether an object's remote copy is this daemon's private value (set by
+        #: the remote service, which knows: ``RemoteService.private_copy``)
+        self.remote_private: Callable[[bytes], bool] = lambda _key: False
         #: called under the lock with every batch of removed or replaced objects
         #: (the old entries), once their rows are gone or rewritten (e.g. the
         #: blob cache forgets its evicted or overwritten copies); must not block
@@ -221,7 +224,7 @@ class Store:
         Unavailable (store down), Corrupted (bytes damaged)."""
         if self.remote is None:
             raise InvariantViolation(f"remote read without a remote tier: row {entry.row}")
-        got = self.remote.get([encoded_key])[0]
+        got = self.remote.get([encoded_key], [self.remote_private(encoded_key)])[0]
         if got is None:
             return None
         if isinstance(got, Corrupted):

@@ -15,6 +15,13 @@ Contracts:
 * **Never a deleted id.** Deleted and replaced vectors are tombstoned (FLAT,
   HNSW) or removed (IVF_PQ); tombstones are excluded inside faiss and the
   index is rebuilt once ``compact_dead_ratio`` of it is dead.
+* **Damage is reported, never served.** A snapshot is the only copy of the
+  vectors it covers (the log is trimmed up to it and older snapshots are
+  pruned). One that fails its digests on load is registered as damage
+  (``namespace/VECTOR/name``: logged, counted, listed by fsck) and every use of
+  the collection answers DATA_LOSS until it is dropped. A damaged snapshot of a
+  collection still loaded is rewritten from memory by the next maintenance
+  pass (or unload), which clears the report.
 
 Locking: ``_lock`` guards the registry (name -> Collection). Each collection
 has an RW lock (searches shared; writes, loads and index swaps exclusive) and a
@@ -41,6 +48,7 @@ from tiermem.server.config import VectorsConfig
 from tiermem.server.errors import (
     AlreadyExists,
     CapacityExceeded,
+    Corrupted,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -64,6 +72,7 @@ from tiermem.server.vectors.types import (
     IndexParams,
     Metric,
     SearchResult,
+    damage_name,
     validate_collection_name,
 )
 from tiermem.v1 import vector_records_pb2 as records
@@ -143,6 +152,9 @@ class Collection:
         self.accessed_unix_ms = int(time.time() * 1000)
         self.queries = RateMeter()
         self.last_snapshot = time.monotonic()
+        #: (snapshot folder, message) once that snapshot failed to load: every
+        #: use answers DATA_LOSS with the message without reading it again
+        self.unusable: tuple[str, str] | None = None
 
     def touch(self) -> None:
         self.last_access = time.monotonic()
@@ -203,13 +215,13 @@ class VectorService:
 
     def close(self) -> None:
         """Stop maintenance and snapshot collections with unsnapshotted operations
-        (so the next start replays little)."""
+        (so the next start replays little) or a damaged snapshot."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
         for col in self._all():
-            try:
-                self._snapshot(col, force=False)
+            try:  # a damaged snapshot is replaced from memory while it can be
+                self._snapshot(col, force=self._snapshot_damaged(col))
             except Exception:
                 log.exception("snapshot of %s at shutdown failed", col.spec.label)
 
@@ -367,6 +379,7 @@ class VectorService:
             col.dropped = True
             col.state = None
         shutil.rmtree(col.root, ignore_errors=True)
+        self.store.damage.discard_named(damage_name(spec.namespace, spec.name))
         self.metrics.vector_ops.labels("drop").inc()
         return True
 
@@ -534,7 +547,7 @@ class VectorService:
                 return 0.0
             rec = col.record
             if rec.snapshot_dir:
-                state = snapshot.read(col.root, rec.snapshot_dir, col.spec, self.config.mmap_load)
+                state = self._read_snapshot(col, rec.snapshot_dir)
             else:
                 state = State.empty(col.spec)
             replayed = 0
@@ -554,6 +567,28 @@ class VectorService:
         )  # fmt: skip
         self._enforce_budget(keep=col)
         return seconds
+
+    def _read_snapshot(self, col: Collection, dir_name: str) -> State:
+        """The collection's snapshot, or Corrupted (registered as damage): it
+        holds the only copy of the vectors it covers, so nothing can stand in."""
+        if col.unusable is not None and col.unusable[0] == dir_name:
+            raise Corrupted(col.unusable[1])
+        try:
+            return snapshot.read(col.root, dir_name, col.spec, self.config.mmap_load)
+        except Corrupted as exc:
+            spec = col.spec
+            message = (
+                f"collection {spec.label} is damaged: {exc.message}; its snapshot holds the "
+                f"only copy of its vectors, so it is not served: drop the collection and "
+                f"upsert its vectors again"
+            )
+            self.store.damage.add_named(damage_name(spec.namespace, spec.name), "vectors", message)
+            col.unusable = (dir_name, message)
+            raise Corrupted(message) from exc
+
+    def _snapshot_damaged(self, col: Collection) -> bool:
+        """Whether the collection's current snapshot is registered as damaged."""
+        return self.store.damage.has_named(damage_name(col.spec.namespace, col.spec.name))
 
     def _maybe_gpu(self, state: State) -> None:
         """Mirror FLAT/IVF_PQ indexes onto the GPU (HBM tier with CUDA only)."""
@@ -576,7 +611,8 @@ class VectorService:
     def _unload_locked(self, col: Collection) -> bool:
         if col.state is None:
             return False
-        self._snapshot_locked(col, force=False)  # the slow part, searches still served
+        # the slow part, searches still served; a damaged snapshot is replaced
+        self._snapshot_locked(col, force=self._snapshot_damaged(col))
         with col.lock.write():
             state = col.state
             if state is None or col.dropped:
@@ -649,6 +685,8 @@ class VectorService:
             target = self._rebuild_target(col.spec, state)
             if target is not None:
                 self._rebuild(col, target)
+            elif self._snapshot_damaged(col):  # rewrite it from the good copy in memory
+                self._snapshot(col, force=True)
             elif state.ops_since_snapshot >= cfg.snapshot_ops or (
                 state.ops_since_snapshot and now - col.last_snapshot >= cfg.snapshot_interval_s
             ):
@@ -751,6 +789,7 @@ class VectorService:
                 return
             self.log.put_record(rec, trim_log_to=info.seq)
         col.record = rec
+        self.store.damage.discard_named(damage_name(col.spec.namespace, col.spec.name))
         snapshot.prune(col.root, info.dir_name)
         state.ops_since_snapshot = 0
         col.last_snapshot = time.monotonic()

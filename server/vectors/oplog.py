@@ -56,6 +56,14 @@ class VectorStore:
             rec.ParseFromString(bytes(value))
             yield rec
 
+    def record(self, namespace: str, name: str) -> records.CollectionRecord | None:
+        raw = self.rocks.get(CF_COLLECTIONS, record_key(namespace, name))
+        if raw is None:
+            return None
+        rec = records.CollectionRecord()
+        rec.ParseFromString(bytes(raw))
+        return rec
+
     def allocate_id(self) -> int:
         """A new collection id (call under the service's registry lock)."""
         raw = self.rocks.get("meta", NEXT_ID_KEY)

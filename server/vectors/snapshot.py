@@ -4,8 +4,15 @@
  <data_dir>/vectors/<collection id>/<seq:020d>-<nonce>/
      index.faiss   faiss.write_index of the built index
      state.npz     slot_ids, live (per slot), payload columns num0.. / str0..
-     meta.json     format, seq covered, built kind, effective params, counters, column names
+     meta.json     format, seq covered, built kind, effective params, counters, column names,
+                   digests: xxh3-64 (hex) of index.faiss and state.npz,
+                   meta_digest: xxh3-64 of the rest of meta.json (sorted-key JSON)
 ```
+
+Every load checks the digests before it reads the files (``verify``), and so
+does ``tiermem fsck``: a flipped byte in a snapshot is DATA_LOSS, never other
+search results. Snapshots written before the digests existed (no ``digests``
+in meta.json) load unchecked.
 
 A snapshot is written into ``<name>.tmp``, every file fsynced, renamed into
 place and the parent directory fsynced; only then does the caller point the
@@ -25,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from tiermem.server.errors import Corrupted
 from tiermem.server.vectors import index as fx
@@ -33,6 +41,10 @@ from tiermem.server.vectors.state import State
 from tiermem.server.vectors.types import CollectionSpec, IndexKind, IndexParams
 
 FORMAT = 1
+
+#: The files a snapshot's digests cover (meta.json carries its own).
+DIGESTED = ("index.faiss", "state.npz")
+_READ_CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +66,48 @@ def _fsync_dir(path: Path) -> None:
 def _fsync_file(path: Path) -> None:
     with open(path, "rb") as f:
         os.fsync(f.fileno())
+
+
+def _file_digest(path: Path) -> str:
+    h = xxhash.xxh3_64()
+    with open(path, "rb") as f:
+        while chunk := f.read(_READ_CHUNK_BYTES):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _meta_digest(meta: dict[str, Any]) -> str:
+    rest = {k: v for k, v in meta.items() if k != "meta_digest"}
+    return xxhash.xxh3_64_hexdigest(json.dumps(rest, sort_keys=True).encode())
+
+
+def verify(folder: Path, read_bytes: bool = True) -> dict[str, Any]:
+    """The snapshot's meta, once its files check out against their digests
+    (every byte read; without ``read_bytes`` only that meta.json checks out
+    and the files exist); raises Corrupted naming the damaged file. A snapshot
+    without digests (written before they existed) is only parsed."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise Corrupted(f"snapshot {folder}: meta.json cannot be read: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise Corrupted(f"snapshot {folder}: meta.json is not an object")
+    digests = meta.get("digests")
+    if digests is None and "meta_digest" not in meta:
+        return meta  # an older snapshot: nothing to check against
+    if meta.get("meta_digest") != _meta_digest(meta) or not isinstance(digests, dict):
+        raise Corrupted(f"snapshot {folder}: meta.json fails its digest")
+    for name in DIGESTED:
+        try:
+            if not read_bytes:
+                (folder / name).stat()
+                continue
+            digest = _file_digest(folder / name)
+        except OSError as exc:
+            raise Corrupted(f"snapshot {folder}: {name} cannot be read: {exc}") from exc
+        if digest != digests.get(name):
+            raise Corrupted(f"snapshot {folder}: {name} fails its digest")
+    return meta
 
 
 def write(root: Path, state: State, fsync: bool) -> SnapshotInfo:
@@ -79,7 +133,9 @@ def write(root: Path, state: State, fsync: bool) -> SnapshotInfo:
         "count": state.count,
         "tombstones": state.tombstones,
         "columns": columns,
+        "digests": {name: _file_digest(tmp / name) for name in DIGESTED},
     }
+    meta["meta_digest"] = _meta_digest(meta)
     (tmp / "meta.json").write_text(json.dumps(meta))
     if fsync:
         for file in tmp.iterdir():
@@ -93,10 +149,11 @@ def write(root: Path, state: State, fsync: bool) -> SnapshotInfo:
 
 
 def read(root: Path, dir_name: str, spec: CollectionSpec, mmap: bool) -> State:
-    """Load the snapshot ``dir_name`` (a State at the seq it covers)."""
+    """Load the snapshot ``dir_name`` (a State at the seq it covers); Corrupted
+    if it fails its digests or does not parse."""
     folder = root / dir_name
+    meta = verify(folder)
     try:
-        meta = json.loads((folder / "meta.json").read_text())
         if meta.get("format") != FORMAT:
             raise Corrupted(f"snapshot {folder} has format {meta.get('format')}, not {FORMAT}")
         built = IndexKind[meta["built"]]

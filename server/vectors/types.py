@@ -84,6 +84,11 @@ class CollectionSpec:
         return f"{self.namespace}/{self.name}"
 
 
+def damage_name(namespace: str, name: str) -> str:
+    """How the damage register and fsck name a collection (as an object of kind VECTOR)."""
+    return f"{namespace}/VECTOR/{name}"
+
+
 Scalar = str | float | bool
 
 

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -128,7 +129,7 @@ def test_online_fsck_finds_damage_before_any_read(
         expect_served(c, values, {"seg-7"})
         assert c.integrity.check(metadata_only=True).damaged_total == 0
     out = subprocess.run(
-        [".venv/bin/tiermem", "fsck", "--addr", again.address, "--json"],
+        [sys.executable, "-m", "tiermem.cli.main", "fsck", "--addr", again.address, "--json"],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert out.returncode == 1, out.stderr

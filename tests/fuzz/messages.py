@@ -1,7 +1,9 @@
 """Random and malformed protobuf messages for any method, found by reflection.
 
 ``methods(channel)`` lists every method the daemon registered (through its
-reflection service), so services added later are fuzzed without changes here.
+reflection service), so services added later are fuzzed without changes here;
+``declared_methods()`` lists every RPC declared in proto/ (the compiled
+descriptors), to check that none goes unregistered or unfuzzed.
 ``random_message`` builds a structurally valid message of a type with hostile
 field values: boundary integers, unknown enum values, over-long and traversal-
 looking strings, NULs, names that exist ("default") and ones that do not.
@@ -9,7 +11,10 @@ looking strings, NULs, names that exist ("default") and ones that do not.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +64,28 @@ def methods(channel: grpc.Channel) -> list[Method]:
     return out
 
 
+def declared_methods() -> list[Method]:
+    """Every RPC declared in proto/, from the compiled descriptors (``*_pb2``)."""
+    import tiermem.v1
+
+    out = []
+    for info in sorted(pkgutil.iter_modules(tiermem.v1.__path__), key=lambda i: i.name):
+        if not info.name.endswith("_pb2"):
+            continue
+        module = importlib.import_module(f"tiermem.v1.{info.name}")
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for m in service.methods:
+                out.append(
+                    Method(
+                        f"/{service.full_name}/{m.name}",
+                        m.input_type,
+                        m.client_streaming,
+                        m.server_streaming,
+                    )
+                )
+    return out
+
+
 def random_bytes(rng: random.Random) -> bytes:
     n = rng.choice([0, 1, 2, 5, 17, 100, 1000, rng.randrange(1, 70_000)])
     return rng.randbytes(n)
@@ -93,10 +120,26 @@ def _repeated(field: descriptor.FieldDescriptor) -> bool:
     return bool(field.label == FD.LABEL_REPEATED)
 
 
-def fill(msg: Any, rng: random.Random, depth: int = 0) -> Any:
-    """Set a random subset of ``msg``'s fields to hostile values."""
+#: Field name -> values a targeted message gives it (see ``random_message``).
+Favour = Mapping[str, Sequence[Any]]
+
+
+def _value(field: descriptor.FieldDescriptor, rng: random.Random, favour: Favour | None) -> Any:
+    choices = favour.get(field.name) if favour else None
+    if choices and rng.random() < 0.8:
+        value = rng.choice(choices)
+        string = field.type == FD.TYPE_STRING
+        if (string and isinstance(value, str)) or (not string and isinstance(value, int)):
+            return value
+    return _scalar(field, rng)
+
+
+def fill(msg: Any, rng: random.Random, depth: int = 0, favour: Favour | None = None) -> Any:
+    """Set a random subset of ``msg``'s fields to hostile values (most of them
+    with ``favour``, so that a message names what it favours more often)."""
+    skip = 0.1 if favour else 0.35
     for field in msg.DESCRIPTOR.fields:
-        if rng.random() < 0.35:
+        if rng.random() < skip:
             continue
         is_repeated = _repeated(field)
         if field.type == FD.TYPE_MESSAGE:
@@ -104,16 +147,19 @@ def fill(msg: Any, rng: random.Random, depth: int = 0) -> Any:
                 continue
             if is_repeated:
                 for _ in range(rng.randrange(0, 3)):
-                    fill(getattr(msg, field.name).add(), rng, depth + 1)
+                    fill(getattr(msg, field.name).add(), rng, depth + 1, favour)
             else:
-                fill(getattr(msg, field.name), rng, depth + 1)
+                fill(getattr(msg, field.name), rng, depth + 1, favour)
                 getattr(msg, field.name).SetInParent()
         elif is_repeated:
-            getattr(msg, field.name).extend(_scalar(field, rng) for _ in range(rng.randrange(4)))
+            values = [_value(field, rng, favour) for _ in range(rng.randrange(4))]
+            getattr(msg, field.name).extend(values)
         else:
-            setattr(msg, field.name, _scalar(field, rng))
+            setattr(msg, field.name, _value(field, rng, favour))
     return msg
 
 
-def random_message(method: Method, rng: random.Random) -> bytes:
-    return fill(method.message_class()(), rng).SerializeToString()  # type: ignore[no-any-return]
+def random_message(method: Method, rng: random.Random, favour: Favour | None = None) -> bytes:
+    """A message for ``method``; ``favour`` (field name -> values) makes most
+    fields of those names take one of those values, e.g. names of stored data."""
+    return fill(method.message_class()(), rng, favour=favour).SerializeToString()  # type: ignore[no-any-return]

@@ -57,8 +57,8 @@ def test_unknown_kind(stub: object_pb2_grpc.ObjectServiceStub) -> None:
 
 
 def test_object_over_the_size_limit(stub: object_pb2_grpc.ObjectServiceStub) -> None:
-    err = put(stub, header(size=1 << 40), chunk(b"abcd"))
-    check(err, grpc.StatusCode.INVALID_ARGUMENT, "limits.max_object_bytes")
+    err = put(stub, header(size=1 << 40), chunk(b"abcd"))  # a size cap, not a malformed request
+    check(err, grpc.StatusCode.RESOURCE_EXHAUSTED, "limits.max_object_bytes")
 
 
 def test_chunk_before_header_and_second_header(stub: object_pb2_grpc.ObjectServiceStub) -> None:

@@ -8,7 +8,12 @@ import pytest
 import torch
 
 from tiermem.client import Client, KvBlock, KvScope, Precision, Profile
-from tiermem.client.errors import ChecksumError, InvalidArgumentError, NotFoundError
+from tiermem.client.errors import (
+    CapacityError,
+    ChecksumError,
+    InvalidArgumentError,
+    NotFoundError,
+)
 from tiermem.server.app import Daemon
 from tiermem.v1 import common_pb2, kv_pb2, kv_pb2_grpc
 
@@ -95,7 +100,7 @@ def test_wrong_shape_through_the_client_says_what_is_wrong(client: Client) -> No
 def test_oversize_block_is_refused(make_daemon: Callable[..., Daemon]) -> None:
     daemon = make_daemon(kv={"max_block_bytes": 1024})
     with Client(daemon.address) as client:
-        with pytest.raises(InvalidArgumentError, match=r"kv\.max_block_bytes"):
+        with pytest.raises(CapacityError, match=r"kv\.max_block_bytes"):
             client.kv.put(SCOPE, 1, torch.zeros(1024))
         client.kv.put(SCOPE, 2, torch.zeros(256))  # exactly at the limit
         assert nothing_stored(client, [hash_of(1)])

@@ -192,7 +192,9 @@ def unused_backend() -> RemoteBackend:
 
 def test_a_read_of_many_objects_is_cut_into_parts_of_at_most_a_batch(tmp_path: Path) -> None:
     def parts(n: int, **cfg: Any) -> list[int]:
-        config = daemon_config(tmp_path, tiers={"remote": {"enabled": True, **cfg}})
+        config = daemon_config(
+            tmp_path, tiers={"remote": {"enabled": True, "deployment": "unit", **cfg}}
+        )
         tier = RemoteTier(config.tiers.remote, unused_backend, Metrics(CollectorRegistry()))
         try:
             return [len(p) for p in tier._read_parts(n)]

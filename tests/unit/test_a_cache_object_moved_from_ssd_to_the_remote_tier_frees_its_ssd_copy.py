@@ -64,7 +64,7 @@ def test_ssd_space_of_cache_objects_moved_remote_is_reclaimed(
     monkeypatch.setattr("tiermem.server.app.make_backend", lambda _cfg: store)
     daemon = make_daemon(
         tiers={
-            "remote": {"enabled": True, "share": False, "retries": 0},
+            "remote": {"enabled": True, "deployment": "unit", "share": False, "retries": 0},
             "ssd": {"segment_bytes": 1024 * KiB},
         },
         background={"migrate_interval_s": 60},

@@ -34,16 +34,16 @@ class GatedClaims:
         self.go = threading.Event()
         self.reached = threading.Event()
 
-    def claim(self, key: bytes) -> bool:
+    def claim(self, key: bytes, *, private: bool = False) -> bool:
         self.reached.set()
         assert self.go.wait(30), "the test never let the claim go on"
-        return bool(self.inner.claim(key))
+        return bool(self.inner.claim(key, private=private))
 
-    def release(self, key: bytes, *, orphaned: bool) -> None:
-        self.inner.release(key, orphaned=orphaned)
+    def release(self, key: bytes, *, orphaned: bool, private: bool = False) -> None:
+        self.inner.release(key, orphaned=orphaned, private=private)
 
-    def private(self, owner: str) -> bool:
-        return bool(self.inner.private(owner))
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # the rest of ``RemoteWrites``, as they are
 
 
 def test_a_version_published_meanwhile_is_not_overwritten(

@@ -64,6 +64,7 @@ def daemon_on(
     monkeypatch.setattr("tiermem.server.app.make_backend", lambda _cfg: store)
     remote: dict[str, Any] = {
         "enabled": True,
+        "deployment": "unit",
         "retries": 0,
         "breaker_failures": 100,  # count every failure, never open
         **settings,

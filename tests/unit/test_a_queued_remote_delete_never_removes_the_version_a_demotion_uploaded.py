@@ -68,7 +68,13 @@ def daemon_on(
     **settings: Any,
 ) -> Daemon:
     monkeypatch.setattr("tiermem.server.app.make_backend", lambda _cfg: store)
-    remote = {"enabled": True, "retries": 0, "breaker_failures": 100, "op_timeout_s": 30}
+    remote = {
+        "enabled": True,
+        "deployment": "unit",
+        "retries": 0,
+        "breaker_failures": 100,
+        "op_timeout_s": 30,
+    }
     return make_daemon(
         tiers={"remote": {**remote, **settings}}, background={"migrate_interval_s": 3600}
     )

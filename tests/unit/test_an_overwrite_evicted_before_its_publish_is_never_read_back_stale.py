@@ -47,7 +47,13 @@ def overwritten_then_evicted(
     """v1 published; v2 put while the writer is busy, and evicted before its
     publish's turn (the gate is left closed)."""
     monkeypatch.setattr("tiermem.server.app.make_backend", lambda _cfg: store)
-    remote = {"enabled": True, "retries": 0, "breaker_failures": 100, "op_timeout_s": 30}
+    remote = {
+        "enabled": True,
+        "deployment": "unit",
+        "retries": 0,
+        "breaker_failures": 100,
+        "op_timeout_s": 30,
+    }
     a = make_daemon(
         tiers={"remote": {**remote, "batch_max_objects": 1}},
         background={"migrate_interval_s": 3600},

@@ -35,7 +35,13 @@ def two_daemons(
 ) -> tuple[Daemon, Daemon]:
     """Two daemons of one deployment whose remote tier is ``store``."""
     monkeypatch.setattr("tiermem.server.app.make_backend", lambda _cfg: store)
-    remote = {"enabled": True, "retries": 0, "breaker_failures": 100, **settings}
+    remote = {
+        "enabled": True,
+        "deployment": "unit",
+        "retries": 0,
+        "breaker_failures": 100,
+        **settings,
+    }
     return (
         make_daemon("a", tiers={"remote": remote}),
         make_daemon("b", tiers={"remote": remote}),

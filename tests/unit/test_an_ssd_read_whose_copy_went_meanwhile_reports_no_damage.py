@@ -34,7 +34,13 @@ def remote_daemon(
     store: FlakyStore, make_daemon: Callable[..., Daemon], monkeypatch: pytest.MonkeyPatch
 ) -> Daemon:
     monkeypatch.setattr("tiermem.server.app.make_backend", lambda _cfg: store)
-    remote = {"enabled": True, "retries": 0, "breaker_failures": 100, "op_timeout_s": 30}
+    remote = {
+        "enabled": True,
+        "deployment": "unit",
+        "retries": 0,
+        "breaker_failures": 100,
+        "op_timeout_s": 30,
+    }
     return make_daemon(
         tiers={"remote": {**remote, "batch_max_objects": 1}},
         background={"migrate_interval_s": 3600},

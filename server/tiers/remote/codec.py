@@ -4,10 +4,14 @@
 unrelated deployments on the same cluster never collide::
 
     {deployment}/{namespace}/{kind number}/{key, percent-encoded}
+    {deployment}/~{daemon id}/{namespace}/{kind number}/{key, percent-encoded}
 
-The deployment name and the namespace use ``[A-Za-z0-9._-]`` only, and the key
-is percent-encoded (``/`` and ``%`` included), so a name maps back to exactly
-one object. KV chunk keys already carry the model, world size, worker, dtype,
+The first is an object's *shared* name; the second the *private* name of a
+value a session of that daemon owns (see "Private values"). The deployment
+name and the namespace use ``[A-Za-z0-9._-]`` only (so no namespace starts
+with ``~``), the daemon id ``[0-9a-f]``, and the key is percent-encoded (``/``
+and ``%`` included), so a name maps back to exactly one object and one of the
+two scopes. KV chunk keys already carry the model, world size, worker, dtype,
 the tenant salt's tag and the chunk hash (``services/kv.py``), so two daemons
 name the same chunk alike.
 
@@ -33,14 +37,19 @@ at least ``FIXED_HEAD_MIN_PAYLOAD_BYTES`` are written that way on Mooncake
 
 **Private values.** The store keeps no owner. An object a session owns reaches
 the store only when its daemon demotes it there (sessions' objects are never
-published), under the shared name; its metadata then names ``PRIVATE_OWNER``
-as its session (never the session's id, which no other daemon knows; no
-session id can be it: ids have no NUL). Daemons that find such a value with no
-catalog entry of their own treat it as absent (``private``); the daemon that
-demoted it reads it back through its catalog entry, which names the owner.
+published), under its *private* name: the daemon's id (``DAEMON_ID_BYTES``
+random bytes, hex, kept in its catalog: one per data directory) scopes it, so
+it never replaces the shared value of the same key (KV blocks are
+content-addressed: two daemons hold the same key), a delete of it never
+removes that value, and another daemon, which reads and asks for shared names
+only, never finds it. Its metadata names ``PRIVATE_OWNER`` as its session
+(never the session's id, which no other daemon knows; no session id can be it:
+ids have no NUL). The daemon that demoted it reads it back through its catalog
+entry, under the private name. A value that names the marker under a shared
+name (written before private names, by this version's predecessor) is treated
+as absent by every daemon without a catalog entry of its own (``private``).
 Values written before the marker name no session: shared, as they were. A
-daemon of an older version reads the marker as an unknown owner and adopts the
-value as before (no worse than without it).
+daemon of an older version never reads private names.
 
 A reader checks the magic, the lengths, the metadata CRC and that the
 metadata names the object asked for, then hashes the payload: bytes that do
@@ -50,13 +59,15 @@ not match their checksum are DATA_LOSS, never data.
 from __future__ import annotations
 
 import dataclasses
+import re
+import secrets
 import struct
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from tiermem.server.errors import Corrupted
+from tiermem.server.errors import Corrupted, InvariantViolation
 from tiermem.server.model import ObjectKey, ObjectMeta, Tier
 from tiermem.server.protoconv import meta_from_proto, meta_to_proto
 from tiermem.v1 import common_pb2
@@ -75,11 +86,30 @@ MAX_META_BYTES = 64 * 1024
 PRIVATE_OWNER = "\x00private"
 #: Characters kept as they are in the key part of a name (everything else is %XX).
 _SAFE = "@-_.~:+=,!*()$"
+#: Random bytes of a daemon id (hex in private names: 32 characters).
+DAEMON_ID_BYTES = 16
+_DAEMON_ID = re.compile(f"[0-9a-f]{{{2 * DAEMON_ID_BYTES}}}")
 
 
-def remote_name(deployment: str, key: ObjectKey) -> str:
-    """The object's name in the remote store."""
-    return f"{deployment}/{key.namespace}/{int(key.kind)}/{quote(key.key, safe=_SAFE)}"
+def remote_name(deployment: str, key: ObjectKey, daemon: str = "") -> str:
+    """The object's name in the remote store: its shared name, or with
+    ``daemon`` (a daemon id, ``new_daemon_id``) the private name of a value a
+    session of that daemon owns (see "Names")."""
+    name = f"{key.namespace}/{int(key.kind)}/{quote(key.key, safe=_SAFE)}"
+    if not daemon:
+        return f"{deployment}/{name}"
+    if not _DAEMON_ID.fullmatch(daemon):
+        raise InvariantViolation(f"daemon id {daemon!r} is not {DAEMON_ID_BYTES} bytes in hex")
+    return f"{deployment}/~{daemon}/{name}"
+
+
+def new_daemon_id() -> str:
+    """A fresh daemon id (random: ids of daemons sharing a deployment differ)."""
+    return secrets.token_hex(DAEMON_ID_BYTES)
+
+
+def valid_daemon_id(daemon: str) -> bool:
+    return _DAEMON_ID.fullmatch(daemon) is not None
 
 
 def encode_header(meta: ObjectMeta, fixed: bool = False) -> bytes:

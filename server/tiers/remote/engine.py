@@ -20,6 +20,11 @@ while the next arrive.
 Values are written as header + payload (``codec``); reads check the header and
 callers verify the payload against the object's checksum with ``verify``, or
 hash the copy they make of it with ``copy_verified``.
+
+A value a session owns is written under this daemon's private name
+(``codec``: scoped by ``daemon_id``); reads, existence checks and deletes take
+the shared name of each key unless told (``private``) that its value is this
+daemon's private one: the remote service knows which (``RemoteService``).
 """
 
 from __future__ import annotations
@@ -278,11 +283,17 @@ class RemoteTier:
         metrics: Metrics,
         used_bytes: Callable[[], int] = lambda: 0,
         clock: Callable[[], float] = time.monotonic,
+        daemon_id: str = "",
     ) -> None:
         """``connect`` builds the backend's client. It is called on first use (and
         again after a failed attempt) inside an operation's deadline, so a daemon
-        starts and serves its local tiers while the remote store is down."""
+        starts and serves its local tiers while the remote store is down.
+        ``daemon_id``: this daemon's id, which scopes the names of its private
+        values (``codec.remote_name``; the daemon's is kept in its catalog,
+        ``services.remote.daemon_id``). Without one, writing or naming a
+        private value raises InvariantViolation (tests that write none)."""
         self.config = config
+        self.daemon_id = daemon_id
         self._connect = connect
         self._backend: RemoteBackend | None = None
         self._connect_lock = threading.Lock()
@@ -326,8 +337,12 @@ class RemoteTier:
         """Whether remote operations are worth trying now (breaker closed or probe due)."""
         return self.breaker.available()
 
-    def name_of(self, encoded_key: bytes) -> str:
-        return remote_name(self.config.deployment, ObjectKey.decode(encoded_key))
+    def name_of(self, encoded_key: bytes, private: bool = False) -> str:
+        """The object's shared name, or (``private``) this daemon's private name."""
+        return self._name(ObjectKey.decode(encoded_key), private)
+
+    def _name(self, key: ObjectKey, private: bool) -> str:
+        return remote_name(self.config.deployment, key, self.daemon_id if private else "")
 
     def fits(self, size: int) -> bool:
         return size <= self.config.max_value_bytes
@@ -343,13 +358,14 @@ class RemoteTier:
         return b"".join((encode_header(meta, fixed), payload))
 
     def put(self, items: Sequence[tuple[ObjectMeta, bytes]]) -> list[bool]:
-        """Write each object's packed value (``pack``), replacing any. False where
-        the store refused it or it is larger than ``max_value_bytes``. Raises
-        Unavailable."""
+        """Write each object's packed value (``pack``), replacing any: under its
+        private name when ``meta`` names a session (the header then names
+        ``PRIVATE_OWNER``), else its shared name. False where the store refused
+        it or it is larger than ``max_value_bytes``. Raises Unavailable."""
         out = [False] * len(items)
         todo = [i for i, (meta, _) in enumerate(items) if self.fits(meta.size_bytes)]
         for part in self._batches(todo, [items[i][0].size_bytes for i in todo]):
-            names = [remote_name(self.config.deployment, items[i][0].key) for i in part]
+            names = [self._name(items[i][0].key, bool(items[i][0].session)) for i in part]
             values = [items[i][1] for i in part]
             stored = self._call("put", partial(_put, names, values))
             nbytes = 0
@@ -361,13 +377,17 @@ class RemoteTier:
         self._count_objects("put", stored_count, len(items) - stored_count, "failed")
         return out
 
-    def get(self, encoded_keys: Sequence[bytes]) -> list[RemoteValue | Corrupted | None]:
+    def get(
+        self, encoded_keys: Sequence[bytes], private: Sequence[bool] | None = None
+    ) -> list[RemoteValue | Corrupted | None]:
         """Each object's value (None: not in the store; Corrupted: a value whose
-        header is damaged or names another object). Payloads are not verified yet:
-        call ``verify``. Release every RemoteValue. Raises Unavailable."""
+        header is damaged or names another object), read under its shared name,
+        or its private one where ``private`` (by position) says so. Payloads are
+        not verified yet: call ``verify``. Release every RemoteValue. Raises
+        Unavailable."""
         out: list[RemoteValue | Corrupted | None] = []
         try:
-            for _part, values in self.read(encoded_keys):
+            for _part, values in self.read(encoded_keys, private):
                 out += values
         except BaseException:
             release_all(out)
@@ -375,15 +395,15 @@ class RemoteTier:
         return out
 
     def read(
-        self, encoded_keys: Sequence[bytes]
+        self, encoded_keys: Sequence[bytes], private: Sequence[bool] | None = None
     ) -> Generator[tuple[range, list[RemoteValue | Corrupted | None]], None, None]:
         """The objects' values (as ``get``), part after part in order: each part is
         one remote batch, and up to ``read_parallel`` of them are on the wire at
         once, so the caller verifies and stores one part while the next ones
         arrive. Yields (positions in ``encoded_keys``, their values); the caller
         releases every RemoteValue it was given. Raises Unavailable (parts already
-        yielded stay valid; the rest are dropped)."""
-        for part, values in self._read(encoded_keys, None, None):
+        yielded stay valid; the rest are dropped). ``private``: as for ``get``."""
+        for part, values in self._read(encoded_keys, None, None, private):
             yield part, [v for v in values if not isinstance(v, LandedValue)]
 
     def read_into(
@@ -396,7 +416,8 @@ class RemoteTier:
         LandedValue (verify them with ``check``). Every buffer ``place`` gave is
         either answered that way or handed to ``drop(i)``, maybe later and from
         another thread (a part given up on at its deadline may still be
-        written; its buffers are dropped once its read returns)."""
+        written; its buffers are dropped once its read returns). Shared names
+        only."""
         yield from self._read(encoded_keys, place, drop)
 
     def _read(
@@ -404,6 +425,7 @@ class RemoteTier:
         encoded_keys: Sequence[bytes],
         place: Place | None,
         drop: Callable[[int], None] | None,
+        private: Sequence[bool] | None = None,
     ) -> Generator[tuple[range, list[ReadValue]], None, None]:
         parts = self._read_parts(len(encoded_keys))
         waiting: deque[
@@ -414,7 +436,9 @@ class RemoteTier:
         def start(first: bool) -> bool:
             part = todo[0]
             keys = [ObjectKey.decode(encoded_keys[i]) for i in part]
-            names = [remote_name(self.config.deployment, k) for k in keys]
+            names = [
+                self._name(k, bool(private and private[i])) for i, k in zip(part, keys, strict=True)
+            ]
             lander = None
             fn: Callable[[RemoteBackend], _Raw] = partial(_get, names)
             if place is not None and drop is not None:
@@ -507,20 +531,27 @@ class RemoteTier:
         bounds = [n * k // count for k in range(count + 1)]
         return [range(a, b) for a, b in pairwise(bounds) if b > a]
 
-    def exists(self, encoded_keys: Sequence[bytes]) -> list[bool]:
-        """Whether each object's value is in the store. Raises Unavailable."""
+    def exists(
+        self, encoded_keys: Sequence[bytes], private: Sequence[bool] | None = None
+    ) -> list[bool]:
+        """Whether each object's value is in the store (under its shared name, or
+        its private one where ``private`` says so). Raises Unavailable."""
         out: list[bool] = []
         for part in self._batches(list(range(len(encoded_keys))), None):
-            names = [self.name_of(encoded_keys[i]) for i in part]
+            names = [self.name_of(encoded_keys[i], bool(private and private[i])) for i in part]
             out += self._call("exists", partial(_exists, names))
         found = sum(out)
         self._count_objects("exists", found, len(out) - found, "missing")
         return out
 
     def delete(
-        self, encoded_keys: Sequence[bytes], ended: Callable[[], None] | None = None
+        self,
+        encoded_keys: Sequence[bytes],
+        private: Sequence[bool] | None = None,
+        ended: Callable[[], None] | None = None,
     ) -> None:
-        """Remove the objects' values (absent ones are ignored). Raises Unavailable.
+        """Remove the objects' values (under their shared names, or private ones
+        where ``private`` says so; absent ones are ignored). Raises Unavailable.
 
         A delete given up at its deadline may still reach the store: the
         backend's call runs on until its own client gives up, and a slow store
@@ -532,7 +563,7 @@ class RemoteTier:
         calls: list[Future[None]] = []
         try:
             for part in self._batches(list(range(len(encoded_keys))), None):
-                names = [self.name_of(encoded_keys[i]) for i in part]
+                names = [self.name_of(encoded_keys[i], bool(private and private[i])) for i in part]
                 pending = self._start("delete", partial(_delete, names))
                 calls.append(pending.future)
                 self._finish(pending)

@@ -6,9 +6,21 @@ a crash can come between the local change that makes it necessary (a delete,
 an overwrite, a demotion of an object nobody else will adopt) and the delete
 itself. The journal keeps the key until the delete is confirmed by the store
 (or found unnecessary), and a restarted daemon carries out every delete it
-lists. Keys are encoded object keys (the remote name is derived from them when
-the delete runs), each mapped to an empty value; adding a key twice is one
-entry.
+lists.
+
+An object has two names in the store (``codec``): its shared name and this
+daemon's private name (a session's value). Each entry maps an encoded object
+key to the names still to delete, one byte of ``SHARED | PRIVATE`` bits::
+
+    key (encoded ObjectKey) -> b""       the shared name (the first format)
+                               b"\\x01"   the shared name
+                               b"\\x02"   the private name
+                               b"\\x03"   both
+
+The remote name is derived from the key (and, for the private one, the
+daemon's id, kept in the catalog: the same after a restart) when the delete
+runs. Adding a name a key already has changes nothing; removing one keeps the
+others.
 
 Writes are unsynced: they go to the WAL after the catalog write that made them
 necessary and before the WAL sync of any durable change made after it, so they
@@ -18,6 +30,7 @@ A removal lost to power loss only repeats a delete at the next start.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -26,38 +39,79 @@ if TYPE_CHECKING:
 
 #: The column family (declared in ``storage/rocks.py``).
 COLUMN_FAMILY = "remote_deletes"
+#: The key's shared name is to be deleted.
+SHARED = 0x01
+#: This daemon's private name of the key is to be deleted.
+PRIVATE = 0x02
+
+
+def bit(private: bool) -> int:
+    """The mark of one name: ``PRIVATE`` or ``SHARED``."""
+    return PRIVATE if private else SHARED
+
+
+def names(marks: int) -> list[bool]:
+    """The names ``marks`` stands for, as private flags (False: the shared one)."""
+    return [private for private in (False, True) if marks & bit(private)]
+
+
+def _marks(value: bytes | None) -> int:
+    if value is None:
+        return 0
+    if not value:
+        return SHARED  # written before private names
+    return value[0] & (SHARED | PRIVATE)
 
 
 class DeleteJournal:
     def __init__(self, rocks: RocksStore) -> None:
         self._rocks = rocks
+        #: orders the read-modify-write of the marks of a key
+        self._lock = threading.Lock()
 
-    def add(self, keys: Iterable[bytes]) -> None:
-        """Record that the remote copies of ``keys`` must be deleted (one write).
-        Raises what ``RocksStore.write`` raises (CapacityExceeded, Unavailable)."""
-        self._write(keys, remove=False)
+    def add(self, keys: Iterable[bytes], *, private: bool = False) -> None:
+        """Record that the remote copies of ``keys`` under their shared names
+        (or with ``private`` this daemon's private names) must be deleted (one
+        write). Raises what ``RocksStore.write`` raises (CapacityExceeded,
+        Unavailable)."""
+        self._write(keys, bit(private), remove=False)
 
-    def remove(self, keys: Iterable[bytes]) -> None:
-        """Forget ``keys``: their remote deletes were carried out (one write)."""
-        self._write(keys, remove=True)
+    def remove(self, keys: Iterable[bytes], *, private: bool = False) -> None:
+        """Forget the shared (or ``private``) names of ``keys``: their remote
+        deletes were carried out (one write); a key's other name stays."""
+        self._write(keys, bit(private), remove=True)
 
-    def keys(self, limit: int, after: bytes = b"") -> list[bytes]:
+    def entries(self, limit: int, after: bytes = b"") -> list[tuple[bytes, int]]:
         """Up to ``limit`` journaled keys after ``after`` (b"": from the first),
-        in key order."""
-        out: list[bytes] = []
-        for key, _ in self._rocks.scan(COLUMN_FAMILY, start=after or None):
+        in key order, each with its marks (``names``)."""
+        out: list[tuple[bytes, int]] = []
+        for key, value in self._rocks.scan(COLUMN_FAMILY, start=after or None):
             if key == after:
                 continue
             if len(out) >= limit:
                 break
-            out.append(key)
+            marks = _marks(value)
+            if marks:
+                out.append((key, marks))
         return out
 
-    def _write(self, keys: Iterable[bytes], *, remove: bool) -> None:
-        batch = self._rocks.batch()
-        for key in keys:
-            if remove:
-                batch.delete(COLUMN_FAMILY, key)
-            else:
-                batch.put(COLUMN_FAMILY, key, b"")
-        batch.commit(sync=False)
+    def marks(self, key: bytes) -> int:
+        """The names journaled for ``key`` (0: none)."""
+        return _marks(self._rocks.get(COLUMN_FAMILY, key))
+
+    def _write(self, keys: Iterable[bytes], mark: int, *, remove: bool) -> None:
+        with self._lock:
+            batch = self._rocks.batch()
+            changed = False
+            for key in dict.fromkeys(keys):
+                old = self.marks(key)
+                new = old & ~mark if remove else old | mark
+                if new == old:
+                    continue
+                changed = True
+                if new:
+                    batch.put(COLUMN_FAMILY, key, bytes([new]))
+                else:
+                    batch.delete(COLUMN_FAMILY, key)
+            if changed:
+                batch.commit(sync=False)

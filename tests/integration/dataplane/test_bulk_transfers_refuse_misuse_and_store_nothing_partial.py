@@ -174,8 +174,8 @@ def test_bad_ticket_requests_get_clear_statuses(daemon: Daemon) -> None:
                 stub.BeginPut,
                 dataplane_pb2.BeginPutRequest(objects=[header("huge", 1 << 40)]),
             ),
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "limit",
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "limits.max_object_bytes",
         )
 
 

@@ -194,18 +194,19 @@ def test_bad_shm_requests_get_clear_statuses(daemon: Daemon, client: Client) -> 
             grpc.StatusCode.FAILED_PRECONDITION,
             "already committed",
         )
-        # oversize: larger than the arena, larger than the object limit; too small for
-        # it (a BLOB: a KV block of 65 MiB is over kv.max_block_bytes first)
-        for size, words in ((1 << 40, "limit"), (65 * MiB, "arena holds at most"), (100, "below")):
+        # oversize: larger than the object limit (a size cap: RESOURCE_EXHAUSTED),
+        # larger than the arena, too small for it (a BLOB: a KV block of 65 MiB is
+        # over kv.max_block_bytes first)
+        for size, code, words in (
+            (1 << 40, grpc.StatusCode.RESOURCE_EXHAUSTED, "limits.max_object_bytes"),
+            (65 * MiB, grpc.StatusCode.INVALID_ARGUMENT, "arena holds at most"),
+            (100, grpc.StatusCode.INVALID_ARGUMENT, "below"),
+        ):
             blob = object_pb2.PutHeader(key=key("odd", common_pb2.BLOB), size_bytes=size)
-            check(
-                rpc_error(stub.Reserve, reserve(objects=[blob])),
-                grpc.StatusCode.INVALID_ARGUMENT,
-                words,
-            )
+            check(rpc_error(stub.Reserve, reserve(objects=[blob])), code, words)
         check(
             rpc_error(stub.Reserve, reserve(objects=[header("odd", 65 * MiB)])),
-            grpc.StatusCode.INVALID_ARGUMENT,
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
             "kv.max_block_bytes",
         )
         check(
