@@ -145,7 +145,13 @@ class Mover:
         # it would adopt that version.
         writes = self.remote_writes
         if target != Tier.REMOTE or entry.remote_copy or writes is None:
-            return self._copy_then_switch(encoded, entry, view, target, force=force)
+            # a copy is there already (a publish's or adoption's shared one, or a
+            # promoted private one): ``_upload`` asks for it, and sends the value
+            # again if the store lost it, under the name that copy has
+            private = target == Tier.REMOTE and entry.remote_copy and store.remote_private(encoded)
+            return self._copy_then_switch(
+                encoded, entry, view, target, force=force, private=private
+            )
         if store.remote is None or not store.remote.fits(entry.size):
             return False
         # a session's object goes under this daemon's private name (``codec``);
