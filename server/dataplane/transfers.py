@@ -310,7 +310,8 @@ class BulkTransfers:
         self._metrics = metrics
         self._clock = clock
         self.tickets = TicketTable(config.bulk.max_tickets, clock)
-        #: HOST:PORT clients connect to; set by the server once it listens ("" = off).
+        #: where tickets send their holders: HOST:PORT, or under TLS the Unix
+        #: socket's ``unix:@NAME``; set once the server listens ("" = off).
         self.address = ""
         #: brings objects not held here in from the remote tier before a read
         #: (``RemoteService.fill``; set by the daemon when it has one)
