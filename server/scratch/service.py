@@ -25,6 +25,7 @@ stored records and their index entries (``drop_session``).
 
 from __future__ import annotations
 
+import errno
 import logging
 import struct
 import threading
@@ -65,7 +66,6 @@ from tiermem.server.sessions.cleanup import Freed, Usage
 from tiermem.server.sessions.model import SessionState
 from tiermem.server.sessions.service import SessionService
 from tiermem.server.storage.rocks import RocksStore
-from tiermem.v1 import agent_records_pb2 as agent_pb2
 
 log = logging.getLogger(__name__)
 
@@ -265,17 +265,16 @@ class ScratchService:
         now = int(time.time() * 1000)
         if not self.write_back:
             return self._append_write_through(session, records, now)
-        sync = False
         with self._lock:
             self._wait_for_room()
             self._still_open(session)
             first = self._next_id
-            logged: list[agent_pb2.StoredRecord] = []
-            st = self._per_session.setdefault(session, _SessionScratch())
-            key_node = False
-            for r in records:
-                rec = Record(
-                    id=self._next_id,
+            # The ids are taken even if the log write below fails: an id never
+            # names two records, so a failed append leaves a gap.
+            self._next_id += len(records)
+            batch = [
+                Record(
+                    id=first + i,
                     session=session,
                     ts_ms=r.ts_ms or now,
                     kind=int(r.kind),
@@ -285,21 +284,29 @@ class ScratchService:
                     key_node=r.key_node,
                     durability=r.durability,
                 )
-                self._next_id += 1
-                if not self._buffer:
-                    self._buffer_since = time.monotonic()
-                self._buffer.append(rec)
+                for i, r in enumerate(records)
+            ]
+            logged = [to_stored(r) for r in batch if r.durability != RecordDurability.BUFFERED]
+            sync = any(r.durability == RecordDurability.SYNC for r in batch)
+            # The log frame is written before the records enter the buffer, under
+            # the same lock: an append whose write fails (the log cuts a partial
+            # frame off) leaves nothing a reader or a flush could see.
+            try:
+                position = self._log.write(frame(logged)) if logged else None
+            except OSError as exc:
+                raise _log_write_error(exc, len(records)) from exc
+            if not self._buffer:
+                self._buffer_since = time.monotonic()
+            self._buffer.extend(batch)
+            st = self._per_session.setdefault(session, _SessionScratch())
+            for rec in batch:
                 size = rec.size
                 self._buffer_bytes += size
                 st.buffered_records += 1
                 st.buffered_bytes += size
-                key_node = key_node or r.key_node
-                if r.durability == RecordDurability.BUFFERED:
+                if rec.durability == RecordDurability.BUFFERED:
                     self._unlogged.append(rec)
-                else:
-                    logged.append(to_stored(rec))
-                    sync = sync or r.durability == RecordDurability.SYNC
-            position = self._log.write(frame(logged)) if logged else None
+            key_node = any(r.key_node for r in batch)
             self._stats.appended_records += len(records)
             reason = None
             if key_node:
@@ -785,6 +792,18 @@ class ScratchService:
                 f"scratchpad log {kept.name} was kept aside at an earlier start (a damaged "
                 f"frame; acknowledged records in it may be lost): delete it once inspected",
             )  # fmt: skip
+
+
+def _log_write_error(exc: OSError, count: int) -> CapacityExceeded | Unavailable:
+    """What the client of an append whose log write failed is told: none of its
+    ``count`` records was appended, so a retry appends them once."""
+    what = (
+        f"the scratchpad log write failed ({exc.strerror or exc}); none of the {count} "
+        "records was appended"
+    )
+    if exc.errno == errno.ENOSPC:
+        return CapacityExceeded(f"{what}: the disk is full. Free space, then retry")
+    return Unavailable(f"{what}; retry")
 
 
 def _payload(r: Record, loc: bytes) -> dict[str, Any]:
