@@ -42,7 +42,7 @@ from tiermem.server.embedding.base import Embedder
 from tiermem.server.errors import CapacityExceeded, FailedPrecondition, Unavailable
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Tier
-from tiermem.server.scratch.batching import plan_batch
+from tiermem.server.scratch.batching import BatchPlan, plan_batch
 from tiermem.server.scratch.log import GroupCommitLog, damage_name, frame
 from tiermem.server.scratch.memory_index import MemoryIndex
 from tiermem.server.scratch.records import (
@@ -148,6 +148,20 @@ class ScratchStats:
     embedder: str = ""
     mode: str = ""
     index_bytes: int = 0
+
+
+@dataclass(slots=True)
+class _Written:
+    """A batch committed to RocksDB, with what the index and the counts still need."""
+
+    records: list[Record]  # every record the batch covers (dropped duplicates too)
+    plan: BatchPlan
+    vectors: np.ndarray[Any, Any]  # of plan.records
+    payloads: list[Mapping[str, Any]]  # of plan.records
+    replaced_ids: list[int]  # index entries of keyed records overwritten
+    stored: dict[str, list[int]]  # session -> [records, bytes] added
+    keyed_updates: list[tuple[tuple[str, str], int, int]]  # (session, key), id, bytes
+    started: float  # perf_counter at the start of the flush
 
 
 def _blob_key(session: str, first_id: int) -> bytes:
@@ -411,15 +425,35 @@ class ScratchService:
                 current_log = self._log.current_seq
                 self._space.notify_all()
             try:
-                report = self._commit(snapshot, reason)
-            finally:
+                written = self._write(snapshot)
+            except BaseException:
+                # Nothing was committed: the records go back in front of the
+                # buffer (their ids are below every later append's) in the same
+                # step that takes them off the flushing list, so a reader sees
+                # them throughout; the rotated log files keep them until a flush
+                # commits them. The timer retries after flush_interval_s.
                 with self._lock:
                     self._flushing = []
+                    self._buffer[:0] = snapshot
+                    self._buffer_bytes += sum(r.size for r in snapshot)
+                    self._buffer_since = time.monotonic()
+                raise
+            with self._lock:  # committed: replay finds them in RocksDB now
+                self._flushing = []
+            report = self._account(written, reason)
             self._log.remove_before(current_log)
             return report
 
     def _commit(self, records: list[Record], reason: str) -> FlushReport:
         """Dedup/merge, embed, ONE synced RocksDB batch, ONE index update (flush lock held)."""
+        return self._account(self._write(records), reason)
+
+    def _write(self, records: list[Record]) -> _Written:
+        """Dedup/merge, embed, ONE synced RocksDB batch (flush lock held). Changes
+        no state of the service: when it raises, the records can be written again.
+        (If the commit reached RocksDB before it raised, a failed WAL sync, the
+        retry overwrites the same keys: a session's batch is keyed by its lowest
+        id, which a retry starts with, and keyed records by their key.)"""
         started = time.perf_counter()
         plan = plan_batch(records)
         kept = plan.records
@@ -465,25 +499,27 @@ class ScratchService:
             acc[1] += len(value)
             for i in idxs:
                 payloads[i] = _payload(kept[i], raw_key)
-        top = max(r.id for r in records)
-        self._flushed_upto = max(self._flushed_upto, top)
-        batch.put("meta", _FLUSHED_UPTO, _ID.pack(self._flushed_upto))
+        flushed_upto = max([self._flushed_upto, *(r.id for r in records)])
+        batch.put("meta", _FLUSHED_UPTO, _ID.pack(flushed_upto))
         batch.commit(sync=True)
-        if kept:
-            ids = np.fromiter((r.id for r in kept), dtype=np.int64, count=len(kept))
-            self.index.add_batch(ids, vectors, payloads)
-            if replaced_ids:
-                self.index.remove(replaced_ids)
-        stored_bytes = sum(v[1] for v in stored.values())
+        self._flushed_upto = flushed_upto  # only now: a failed commit moved nothing
+        return _Written(
+            records, plan, vectors, payloads, replaced_ids, stored, keyed_updates, started
+        )
+
+    def _account(self, w: _Written, reason: str) -> FlushReport:
+        """After a commit: the keyed entries and counts, then ONE index update."""
+        plan, kept = w.plan, w.plan.records
+        stored_bytes = sum(v[1] for v in w.stored.values())
         with self._lock:
-            for key, rid, nbytes in keyed_updates:
+            for key, rid, nbytes in w.keyed_updates:
                 self._keyed[key] = (rid, nbytes)
-            for r in records:
+            for r in w.records:
                 st = self._per_session.get(r.session)
                 if st is not None and st.buffered_records:
                     st.buffered_records -= 1
                     st.buffered_bytes -= r.size
-            for session, (n, nbytes) in stored.items():
+            for session, (n, nbytes) in w.stored.items():
                 st = self._per_session.setdefault(session, _SessionScratch())
                 st.stored_records += n
                 st.stored_bytes += nbytes
@@ -494,6 +530,11 @@ class ScratchService:
             s.deduplicated += plan.deduplicated
             s.merged += plan.merged
             s.flushes_by_reason[reason] = s.flushes_by_reason.get(reason, 0) + 1
+        if kept:
+            ids = np.fromiter((r.id for r in kept), dtype=np.int64, count=len(kept))
+            self.index.add_batch(ids, w.vectors, w.payloads)
+            if w.replaced_ids:
+                self.index.remove(w.replaced_ids)
         m = self.metrics
         m.writeback_flushes.labels(reason).inc()
         m.writeback_flushed_records.inc(len(kept))
@@ -502,7 +543,7 @@ class ScratchService:
             m.scratch_index_updates.inc()
         m.writeback_deduplicated.inc(plan.deduplicated)
         m.writeback_merged.inc(plan.merged)
-        m.writeback_flush_seconds.observe(time.perf_counter() - started)
+        m.writeback_flush_seconds.observe(time.perf_counter() - w.started)
         return FlushReport(len(kept), plan.deduplicated, plan.merged, max(stored_bytes, 0))
 
     # -- background threads --------------------------------------------------------
