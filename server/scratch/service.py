@@ -3,12 +3,13 @@
 Write-back (``agent.scratch.mode = "write_back"``, the default)::
 
   append ──▶ DRAM buffer ──(LOGGED/SYNC: frame written to the group-commit log
-     │        │               before the ack; SYNC waits for the group fsync)
+     │        │               before the ack; SYNC waits for the group fsync, or
+     │        │               for a flush if that fsync fails)
      │        └─ BUFFERED: written to the log by the log thread within
      │           buffered_window_ms (a crash loses at most that window)
      ▼
   flush (records/bytes threshold, key-node record, client, session close,
-         timer, recovery, shutdown):
+         timer, recovery, shutdown, a SYNC append whose fsync failed):
      snapshot the buffer, rotate the log ─▶ dedup + merge ─▶ embed once
      ─▶ ONE RocksDB write batch (per session: one compressed batch value;
         keyed records overwrite their entry; the flushed-up-to id) synced
@@ -19,8 +20,10 @@ own synced RocksDB batch and added to the index on its own, in the caller's
 thread: the baseline that write-back is measured against.
 
 Records are readable (Replay) from the moment they are acknowledged; the
-semantic Query sees flushed records. Closing a session drops its buffered and
-stored records and their index entries (``drop_session``).
+semantic Query sees flushed records. An append whose log write fails appends
+nothing; a flush whose commit fails leaves its records buffered. Closing a
+session drops its buffered and stored records and their index entries
+(``drop_session``).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from tiermem.server.errors import CapacityExceeded, FailedPrecondition, Unavaila
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Tier
 from tiermem.server.scratch.batching import BatchPlan, plan_batch
-from tiermem.server.scratch.log import GroupCommitLog, damage_name, frame
+from tiermem.server.scratch.log import GroupCommitLog, LogSyncFailed, damage_name, frame
 from tiermem.server.scratch.memory_index import MemoryIndex
 from tiermem.server.scratch.records import (
     RECORD_OVERHEAD_BYTES,
@@ -80,6 +83,8 @@ CF = "scratch"
 #: How long an append waits for room in a full buffer before RESOURCE_EXHAUSTED.
 _BACKPRESSURE_WAIT_S = 30.0
 _SYNC_WAIT_S = 30.0
+#: How often the log thread reports its write or fsync failing, at most.
+_LOG_FAILURE_EVERY_S = 10.0
 
 
 @dataclass(slots=True)
@@ -236,7 +241,10 @@ class ScratchService:
         for t in self._threads:
             t.join(timeout=30)
         self.flush("shutdown")
-        self._log.close()
+        try:
+            self._log.close()
+        except OSError as exc:  # the shutdown flush committed every logged record
+            log.warning("scratchpad log: the last fsync at shutdown failed (%s)", exc)
 
     # -- append ------------------------------------------------------------------------
     def append(self, session: str, records: list[NewRecord], caller: str = "") -> tuple[int, int]:
@@ -334,9 +342,34 @@ class ScratchService:
             self.request_flush(reason)
         if sync and position is not None:
             self._log_wake.set()
-            if not self._log.wait_synced(*position, _SYNC_WAIT_S):
-                raise Unavailable("the scratchpad log did not fsync within 30 s; retry")
+            try:
+                synced = self._log.wait_synced(*position, _SYNC_WAIT_S)
+                why = f"the scratchpad log did not fsync within {_SYNC_WAIT_S:.0f} s"
+            except LogSyncFailed as exc:
+                synced, why = False, str(exc)
+            if not synced:
+                self._sync_by_flush(first, len(records), why)
         return first, len(records)
+
+    def _sync_by_flush(self, first: int, count: int, why: str) -> None:
+        """A SYNC append whose log frame was not fsynced (``why``): its records
+        are buffered and readable already, so they are made durable by a flush
+        (a synced RocksDB batch) instead, which keeps the SYNC promise. If that
+        fails too, the client is told they were appended: an error that invites
+        a retry (UNAVAILABLE, which the client retries on its own) would store
+        them twice. They stay buffered, and the next flush that succeeds writes
+        them."""
+        log.warning("%s; flushing to make a SYNC append durable", why)
+        try:
+            self.flush("sync_fallback")
+        except Exception as exc:
+            ids = f"{first}" if count == 1 else f"{first}-{first + count - 1}"
+            raise FailedPrecondition(
+                f"{why}, and the flush that would have made the records durable instead "
+                f"failed too ({exc}): the {count} records (ids {ids}) were appended and are "
+                "readable, and the next flush that succeeds writes them, but until then they "
+                "may not survive a power loss. Do not append them again"
+            ) from exc
 
     def _still_open(self, session: str) -> None:
         """Re-check under the lock: a close marks the session CLOSING before it
@@ -549,6 +582,8 @@ class ScratchService:
     # -- background threads --------------------------------------------------------
     def _log_loop(self) -> None:
         interval_s = min(self.config.buffered_window_ms, self.config.log_fsync_interval_ms) / 1000
+        logged_at = -_LOG_FAILURE_EVERY_S  # a failing disk fails every round: log some
+        failed = 0
         while not self._stop.is_set():
             self._log_wake.wait(interval_s)
             self._log_wake.clear()
@@ -556,7 +591,14 @@ class ScratchService:
                 self.write_unlogged()
                 self._log.sync()
             except Exception:
-                log.exception("scratchpad log write failed")
+                failed += 1
+                if time.monotonic() - logged_at >= _LOG_FAILURE_EVERY_S:
+                    logged_at = time.monotonic()
+                    log.exception(
+                        "scratchpad log write or fsync failed (%d times since the last report; "
+                        "reported at most every %.0f s)", failed, _LOG_FAILURE_EVERY_S,
+                    )  # fmt: skip
+                    failed = 0
 
     def write_unlogged(self) -> None:
         """Write BUFFERED records to the log (the log thread does this every window)."""
