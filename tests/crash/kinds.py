@@ -46,6 +46,7 @@ from tiermem.client import (
     KvBlock,
     KvScope,
     NotFoundError,
+    Payload,
     Profile,
     RecordDurability,
     RecordKind,
@@ -372,7 +373,7 @@ class VectorModel:
         for i, v, ver in zip(ids, vecs, versions, strict=True):
             self.vectors[ver.digest] = v
             self.ids[i].pending = ver
-        payloads = [{"d": ver.digest.hex(), "w": self.worker} for ver in versions]
+        payloads = [Payload({"d": ver.digest.hex(), "w": self.worker}) for ver in versions]
         c.vectors.upsert(self.name, ids, vecs, payloads, namespace=NS)
         for i, ver in zip(ids, versions, strict=True):
             self.ids[i].acked, self.ids[i].pending = ver, None
