@@ -6,7 +6,9 @@ Each cycle starts ``tiermem serve`` on the same data dir, checks everything
 against the test's record (tests/crash/workload.py, tests/crash/kinds.py), runs
 4 clients of mixed work, then kills the daemon with SIGKILL: at a random moment,
 mid-put of a large object, or at an armed crash point inside puts, deletes,
-demotion and compaction (the daemon kills itself there, see server/faults.py).
+demotion and compaction (the daemon kills itself there, see server/faults.py);
+a quarter of the restarts are killed once part-way through the daemon's start
+(recovery, flushes of recovered records, clean-ups) before the checked start.
 The work, per client: plain object puts (small, medium and 1-5 MiB values;
 DURABLE and CACHE; DRAM, demoted and SSD-bound), overwrites, deletes and reads;
 scratchpad appends (BUFFERED, LOGGED, SYNC) to its session; KV ``put_blocks``
@@ -66,6 +68,8 @@ def main() -> int:
                     recoveries.append(r.recovery_s)
                 objects.append(r.recovered_objects)
                 kills[f"{r.mode}: {r.killed_by}"] += 1
+                if r.killed_starting:
+                    kills["a start killed before it served"] += 1
                 buffered_lost_max_age_s = max(buffered_lost_max_age_s, r.buffered_lost_max_age_s)
                 for v in r.violations:
                     counts[classify(v)] += 1

@@ -419,8 +419,8 @@ class BulkChannelConfig(_Section):
     first is bounded by ``io_timeout_s``, as each send is); a client that keeps
     reading a trickle is cut off then, freeing its connection
     (``max_connections``) and what the reply holds. Checked between sends, so
-    the cut can come up to ``io_timeout_s`` later. Not applied to values sent
-    by sendfile (``sendfile``)."""
+    the cut can come up to ``io_timeout_s`` later. Values sent by sendfile
+    (``sendfile``) are bounded the same way."""
     idle_timeout_s: float = Field(default=120.0, gt=0)
     """A connection with no transfer for this long is closed (clients reconnect)."""
     sessions: bool = True

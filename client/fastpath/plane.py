@@ -31,8 +31,12 @@ is given; without them it keeps the order above.
 Values smaller than ``threshold_bytes`` always use gRPC (on a get the size is
 unknown beforehand, so small values come back inline in the fast path's
 reply). A path that cannot serve a request (switched off, arena full, too many
-leases, connection broken) hands it to the next one; errors about the request
-itself (bad key, missing object, checksum mismatch) are raised as they are.
+leases, connection broken, a limit: the daemon's RESOURCE_EXHAUSTED or
+FAILED_PRECONDITION) hands it to the next one; errors about the request itself
+(bad key, missing object, checksum mismatch) are raised as they are. A path
+forced with ``path=`` has no next one: the daemon's refusal there is raised as
+it is (a size cap: CapacityError with the daemon's message), a path that broke
+as FailedPreconditionError.
 
 Verification: with ``verify``, bulk and gRPC puts carry an xxh3-64/CRC-32 of
 the value and gets are checked against the daemon's checksum. Shared-memory
@@ -252,7 +256,13 @@ def _is_local_target(address: str) -> bool:
 
 
 class _Fallback(Exception):
-    """This path cannot serve the request; try the next one."""
+    """This path cannot serve the request; try the next one. ``refused``: the
+    daemon's answer when it refused the request on this path ('not now / not
+    here', a limit), None when the path itself failed (switched off, broken)."""
+
+    def __init__(self, refused: TiermemClientError | None = None) -> None:
+        super().__init__(refused.message if refused is not None else "")
+        self.refused = refused
 
 
 @dataclass(slots=True)
@@ -659,18 +669,30 @@ class DataPlane:
         grpc_path: Callable[[], list[T]],
     ) -> list[T]:
         """Try the fast paths in order; gRPC serves what none of them could.
-        A forced path that cannot serve is an error, not a fallback."""
+
+        A forced path that cannot serve is an error, not a fallback: the daemon's
+        own answer when it refused the request there (RESOURCE_EXHAUSTED for a
+        size cap or a budget, FAILED_PRECONDITION), else FailedPreconditionError.
+        Unforced, a refused path hands the request on even when the refusal is a
+        size cap (the client cannot tell a cap from a budget that is full now):
+        the gRPC path is then refused too, and its answer is the daemon's."""
         for p in candidates:
             attempt = fast.get(p)
             if attempt is None:
                 continue
             try:
                 return attempt()
-            except _Fallback:
-                if forced is not None:
-                    raise FailedPreconditionError(
-                        "FAILED_PRECONDITION", f"data path {forced!r} could not serve the request"
-                    ) from None
+            except _Fallback as fallback:
+                if forced is None:
+                    continue
+                refused = fallback.refused
+                if isinstance(refused, (CapacityError, FailedPreconditionError)):
+                    raise refused from None
+                why = f": {refused.message}" if refused is not None else ""
+                raise FailedPreconditionError(
+                    "FAILED_PRECONDITION",
+                    f"data path {forced!r} could not serve the request{why}",
+                ) from None
         return grpc_path()
 
     def _header(self, item: PutItem, view: memoryview, verify: bool) -> object_pb2.PutHeader:
@@ -867,7 +889,7 @@ class DataPlane:
             got = self._on_session(op, request, reply, timeout_s)
         except (FailedPreconditionError, CapacityError) as exc:
             if negotiate:
-                raise _Fallback() from exc
+                raise _Fallback(exc) from exc
             raise
         except _Fallback:
             got = None  # the session broke: the same request over gRPC
@@ -982,7 +1004,7 @@ class DataPlane:
         """A session request refused: 'not now' answers (budget, limits) mean: try
         the next path, as they do for the gRPC negotiation; others are raised."""
         if isinstance(exc, (FailedPreconditionError, CapacityError)):
-            return _Fallback()
+            return _Fallback(exc)
         return exc
 
     def _negotiate_call(self, fn: Callable[[float], T], timeout_s: float | None) -> T:
@@ -990,10 +1012,10 @@ class DataPlane:
         try:
             return self._call(fn, timeout_s)
         except (FailedPreconditionError, CapacityError) as exc:
-            raise _Fallback() from exc
+            raise _Fallback(exc) from exc
         except TiermemClientError as exc:
             if exc.code == grpc.StatusCode.UNIMPLEMENTED.name:
-                raise _Fallback() from exc
+                raise _Fallback(exc) from exc
             raise
 
     def _release_quietly(self, lease_ids: Sequence[int], deadline: float) -> None:

@@ -77,7 +77,7 @@ class DataPlane:
         if self._bulk is not None and cfg.dataplane.bulk.sessions and not mtls_only:
             self._bulk.sessions = handler
 
-    def fill_from(self, fill: Callable[[Sequence[ObjectKey]], None]) -> None:
+    def fill_from(self, fill: Callable[[Sequence[ObjectKey], str | None], None]) -> None:
         """Reads of objects not held here first bring them in with ``fill`` (the
         remote tier's ``RemoteService.fill``)."""
         self.shm.fill = fill

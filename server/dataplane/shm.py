@@ -177,7 +177,7 @@ class SharedMemoryPlane:
         self.arena = engine if config.shm_enabled and isinstance(engine, DramEngine) else None
         #: brings objects not held here in from the remote tier before a read
         #: (``RemoteService.fill``; set by the daemon when it has one)
-        self.fill: Callable[[Sequence[ObjectKey]], None] | None = None
+        self.fill: Callable[[Sequence[ObjectKey], str | None], None] | None = None
         #: serves objects not held here straight from the remote tier, in staging
         #: extents adopted when their leases end (set by the daemon; else ``fill``)
         self.remote: RemoteStager | None = None
@@ -403,7 +403,7 @@ class SharedMemoryPlane:
         remote = self.remote
         if remote is None or len(set(keys)) != len(keys):
             if self.fill is not None:
-                self.fill(keys)
+                self.fill(keys, caller)
             return {}
 
         def reserve(key: ObjectKey, size: int, head: int) -> Reservation | None:

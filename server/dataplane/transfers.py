@@ -310,11 +310,13 @@ class BulkTransfers:
         self._metrics = metrics
         self._clock = clock
         self.tickets = TicketTable(config.bulk.max_tickets, clock)
-        #: HOST:PORT clients connect to; set by the server once it listens ("" = off).
+        #: where tickets send their holders: HOST:PORT, or under TLS the Unix
+        #: socket's ``unix:@NAME``; set once the server listens ("" = off).
         self.address = ""
         #: brings objects not held here in from the remote tier before a read
-        #: (``RemoteService.fill``; set by the daemon when it has one)
-        self.fill: Callable[[Sequence[ObjectKey]], None] | None = None
+        #: (``RemoteService.fill``: keys and the session the caller acts as;
+        #: set by the daemon when it has one)
+        self.fill: Callable[[Sequence[ObjectKey], str | None], None] | None = None
         #: the DRAM arena: gets on a socket send its large values from the
         #: arena's file with sendfile (``dataplane.bulk.sendfile``); None: from views
         self.arena: DramEngine | None = None
@@ -435,7 +437,9 @@ class BulkTransfers:
         ``issue=False``: the caller sends the values itself (``_new_ticket``)."""
         self._check_batch(len(keys), "BeginGet")
         if self.fill is not None:
-            self.fill(keys)
+            # the caller lets its own session's demoted objects come in this
+            # batch (without it each would be fetched alone by the read)
+            self.fill(keys, caller)
         inline_max = min(
             inline_max_bytes or self._config.inline_max_bytes, self._config.inline_max_bytes
         )

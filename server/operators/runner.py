@@ -95,9 +95,11 @@ class OperatorRunner:
         self, op: Operator, args_json: str, session: str, timeout_s: float, caller: str
     ) -> str:
         cfg = self.config
-        if len(args_json.encode()) > cfg.max_args_bytes:
-            raise InvalidArgument(
-                f"args_json is {len(args_json.encode())} bytes; the limit is {cfg.max_args_bytes}"
+        size = len(args_json.encode())
+        if size > cfg.max_args_bytes:
+            raise CapacityExceeded(
+                f"args_json is {size} bytes; the limit is {cfg.max_args_bytes} "
+                "(agent.operators.max_args_bytes)"
             )
         try:
             raw = json.loads(args_json) if args_json.strip() else {}

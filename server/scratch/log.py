@@ -5,7 +5,9 @@ Layout: ``<dir>/log-<seq>.wal``, each a sequence of frames
 of one append call, or the BUFFERED records the log thread writes at once. A frame is
 written with one ``write`` before a LOGGED append is acknowledged, so it is in
 the OS page cache and survives ``kill -9``; ``sync`` fsyncs in groups (one
-fsync covers every frame written before it), which SYNC appends wait for.
+fsync covers every frame written before it), which SYNC appends wait for. A
+failed fsync fails those waiting for the frames it covered (``LogSyncFailed``),
+and those frames are never reported synced by a later fsync.
 
 A flush rotates to a new file; the old files are unlinked once the flushed
 batch is committed to RocksDB. A file with a damaged frame is also kept,
@@ -34,6 +36,7 @@ import re
 import struct
 import threading
 import zlib
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +53,12 @@ MAX_FRAME_BYTES = 64 << 20
 #: A log file with a damaged frame is renamed to its name plus this (so it is
 #: neither replayed again nor removed) and kept for inspection.
 DAMAGED_SUFFIX = ".damaged"
+_FAILED_SYNCS_KEPT = 64
+
+
+class LogSyncFailed(Exception):
+    """An fsync of the log failed for a position a caller waited for: the frames
+    written there may or may not reach the disk."""
 
 
 def frame(records: list[agent_pb2.StoredRecord]) -> bytes:
@@ -74,6 +83,12 @@ class GroupCommitLog:
         self._synced_at = (0, 0)  # (seq, pos): everything before it is fsynced
         self._pending: list[_File] = []  # rotated-out files not fsynced yet
         self._dirty = False
+        #: (synced before, failed up to, why) of the latest failed fsyncs: the
+        #: positions in between are never reported synced (bounded: a waiter
+        #: older than these has timed out long since)
+        self._failed: deque[tuple[tuple[int, int], tuple[int, int], str]] = deque(
+            maxlen=_FAILED_SYNCS_KEPT
+        )
         seqs = [seq for seq, _ in self.existing()]
         # kept-aside files keep their seq: a new file never takes their name
         seqs += [_kept_seq(p) for p in kept_aside(directory)]
@@ -126,24 +141,59 @@ class GroupCommitLog:
             return old.seq
 
     def sync(self) -> None:
-        """fsync everything written so far (rotated files first) and wake waiters."""
+        """fsync everything written so far (rotated files first) and wake waiters.
+
+        A failed fsync fails every waiter for a position it covered, for good:
+        after a failed fsync the kernel may have dropped those dirty pages and
+        a later fsync that succeeds says nothing about them (so they are never
+        reported synced). The next ``sync`` fsyncs again, for what is written
+        after; the rotated files not synced yet stay pending."""
         with self._lock:
             pending, self._pending = self._pending, []
             current, pos, dirty = self._current, self._current.pos, self._dirty
             self._dirty = False
-        for f in pending:
-            os.fsync(f.fd)
-            os.close(f.fd)
-        if dirty or pending:
-            os.fsync(current.fd)
+        upto = (current.seq, pos)
+        rotated = bool(pending)
+        try:
+            while pending:
+                os.fsync(pending[0].fd)
+                os.close(pending.pop(0).fd)
+            if dirty or rotated:
+                os.fsync(current.fd)
+        except OSError as exc:
+            with self._lock:
+                self._pending[:0] = pending
+                self._dirty = True
+            with self._synced:
+                if upto > self._synced_at:
+                    self._failed.append((self._synced_at, upto, exc.strerror or str(exc)))
+                self._synced.notify_all()
+            raise
         with self._synced:
-            if (current.seq, pos) > self._synced_at:
-                self._synced_at = (current.seq, pos)
+            if upto > self._synced_at:
+                self._synced_at = upto
             self._synced.notify_all()
 
     def wait_synced(self, seq: int, pos: int, timeout_s: float) -> bool:
+        """Wait until the log is fsynced up to (``seq``, ``pos``), a position
+        ``write`` returned: True, or False after ``timeout_s``. Raises
+        ``LogSyncFailed`` if an fsync covering that position failed."""
+        at = (seq, pos)
         with self._synced:
-            return self._synced.wait_for(lambda: self._synced_at >= (seq, pos), timeout_s)
+            self._synced.wait_for(
+                lambda: self._synced_at >= at or self._failure_at(at) is not None, timeout_s
+            )
+            failure = self._failure_at(at)
+            if failure is not None:
+                raise LogSyncFailed(f"the scratchpad log fsync failed: {failure}")
+            return self._synced_at >= at
+
+    def _failure_at(self, at: tuple[int, int]) -> str | None:
+        """Why the fsync covering ``at`` failed, or None (``_synced`` held)."""
+        for after, upto, why in self._failed:
+            if after < at <= upto:
+                return why
+        return None
 
     def remove_before(self, seq: int) -> None:
         """Unlink files older than ``seq`` (their records are committed elsewhere)."""
@@ -152,9 +202,15 @@ class GroupCommitLog:
                 path.unlink(missing_ok=True)
 
     def close(self) -> None:
-        self.sync()
-        with self._lock:
-            os.close(self._current.fd)
+        """Sync and close the files; a failed fsync is raised once they are closed."""
+        try:
+            self.sync()
+        finally:
+            with self._lock:
+                for f in (*self._pending, self._current):
+                    with contextlib.suppress(OSError):
+                        os.close(f.fd)
+                self._pending = []
 
     def kept_aside(self) -> list[Path]:
         """Log files kept aside for inspection (a damaged frame), oldest first."""

@@ -10,7 +10,7 @@ from enum import IntEnum
 import numpy as np
 import numpy.typing as npt
 
-from tiermem.server.errors import Corrupted, InvalidArgument
+from tiermem.server.errors import CapacityExceeded, Corrupted, InvalidArgument
 from tiermem.v1 import agent_records_pb2 as agent_pb2
 
 
@@ -73,7 +73,7 @@ def validate_record(
             "or RESULT"
         )
     if len(payload) > max_payload:
-        raise InvalidArgument(
+        raise CapacityExceeded(
             f"record payload is {len(payload)} bytes; the limit is {max_payload} "
             "(agent.scratch.max_record_bytes): store large values as objects"
         )

@@ -3,12 +3,13 @@
 Write-back (``agent.scratch.mode = "write_back"``, the default)::
 
   append ──▶ DRAM buffer ──(LOGGED/SYNC: frame written to the group-commit log
-     │        │               before the ack; SYNC waits for the group fsync)
+     │        │               before the ack; SYNC waits for the group fsync, or
+     │        │               for a flush if that fsync fails)
      │        └─ BUFFERED: written to the log by the log thread within
      │           buffered_window_ms (a crash loses at most that window)
      ▼
   flush (records/bytes threshold, key-node record, client, session close,
-         timer, recovery, shutdown):
+         timer, recovery, shutdown, a SYNC append whose fsync failed):
      snapshot the buffer, rotate the log ─▶ dedup + merge ─▶ embed once
      ─▶ ONE RocksDB write batch (per session: one compressed batch value;
         keyed records overwrite their entry; the flushed-up-to id) synced
@@ -19,12 +20,15 @@ own synced RocksDB batch and added to the index on its own, in the caller's
 thread: the baseline that write-back is measured against.
 
 Records are readable (Replay) from the moment they are acknowledged; the
-semantic Query sees flushed records. Closing a session drops its buffered and
-stored records and their index entries (``drop_session``).
+semantic Query sees flushed records. An append whose log write fails appends
+nothing; a flush whose commit fails leaves its records buffered. Closing a
+session drops its buffered and stored records and their index entries
+(``drop_session``).
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import struct
 import threading
@@ -41,8 +45,8 @@ from tiermem.server.embedding.base import Embedder
 from tiermem.server.errors import CapacityExceeded, FailedPrecondition, Unavailable
 from tiermem.server.metrics import Metrics
 from tiermem.server.model import Tier
-from tiermem.server.scratch.batching import plan_batch
-from tiermem.server.scratch.log import GroupCommitLog, damage_name, frame
+from tiermem.server.scratch.batching import BatchPlan, plan_batch
+from tiermem.server.scratch.log import GroupCommitLog, LogSyncFailed, damage_name, frame
 from tiermem.server.scratch.memory_index import MemoryIndex
 from tiermem.server.scratch.records import (
     RECORD_OVERHEAD_BYTES,
@@ -65,7 +69,6 @@ from tiermem.server.sessions.cleanup import Freed, Usage
 from tiermem.server.sessions.model import SessionState
 from tiermem.server.sessions.service import SessionService
 from tiermem.server.storage.rocks import RocksStore
-from tiermem.v1 import agent_records_pb2 as agent_pb2
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,8 @@ CF = "scratch"
 #: How long an append waits for room in a full buffer before RESOURCE_EXHAUSTED.
 _BACKPRESSURE_WAIT_S = 30.0
 _SYNC_WAIT_S = 30.0
+#: How often the log thread reports its write or fsync failing, at most.
+_LOG_FAILURE_EVERY_S = 10.0
 
 
 @dataclass(slots=True)
@@ -148,6 +153,20 @@ class ScratchStats:
     embedder: str = ""
     mode: str = ""
     index_bytes: int = 0
+
+
+@dataclass(slots=True)
+class _Written:
+    """A batch committed to RocksDB, with what the index and the counts still need."""
+
+    records: list[Record]  # every record the batch covers (dropped duplicates too)
+    plan: BatchPlan
+    vectors: np.ndarray[Any, Any]  # of plan.records
+    payloads: list[Mapping[str, Any]]  # of plan.records
+    replaced_ids: list[int]  # index entries of keyed records overwritten
+    stored: dict[str, list[int]]  # session -> [records, bytes] added
+    keyed_updates: list[tuple[tuple[str, str], int, int]]  # (session, key), id, bytes
+    started: float  # perf_counter at the start of the flush
 
 
 def _blob_key(session: str, first_id: int) -> bytes:
@@ -222,7 +241,10 @@ class ScratchService:
         for t in self._threads:
             t.join(timeout=30)
         self.flush("shutdown")
-        self._log.close()
+        try:
+            self._log.close()
+        except OSError as exc:  # the shutdown flush committed every logged record
+            log.warning("scratchpad log: the last fsync at shutdown failed (%s)", exc)
 
     # -- append ------------------------------------------------------------------------
     def append(self, session: str, records: list[NewRecord], caller: str = "") -> tuple[int, int]:
@@ -265,17 +287,16 @@ class ScratchService:
         now = int(time.time() * 1000)
         if not self.write_back:
             return self._append_write_through(session, records, now)
-        sync = False
         with self._lock:
             self._wait_for_room()
             self._still_open(session)
             first = self._next_id
-            logged: list[agent_pb2.StoredRecord] = []
-            st = self._per_session.setdefault(session, _SessionScratch())
-            key_node = False
-            for r in records:
-                rec = Record(
-                    id=self._next_id,
+            # The ids are taken even if the log write below fails: an id never
+            # names two records, so a failed append leaves a gap.
+            self._next_id += len(records)
+            batch = [
+                Record(
+                    id=first + i,
                     session=session,
                     ts_ms=r.ts_ms or now,
                     kind=int(r.kind),
@@ -285,21 +306,29 @@ class ScratchService:
                     key_node=r.key_node,
                     durability=r.durability,
                 )
-                self._next_id += 1
-                if not self._buffer:
-                    self._buffer_since = time.monotonic()
-                self._buffer.append(rec)
+                for i, r in enumerate(records)
+            ]
+            logged = [to_stored(r) for r in batch if r.durability != RecordDurability.BUFFERED]
+            sync = any(r.durability == RecordDurability.SYNC for r in batch)
+            # The log frame is written before the records enter the buffer, under
+            # the same lock: an append whose write fails (the log cuts a partial
+            # frame off) leaves nothing a reader or a flush could see.
+            try:
+                position = self._log.write(frame(logged)) if logged else None
+            except OSError as exc:
+                raise _log_write_error(exc, len(records)) from exc
+            if not self._buffer:
+                self._buffer_since = time.monotonic()
+            self._buffer.extend(batch)
+            st = self._per_session.setdefault(session, _SessionScratch())
+            for rec in batch:
                 size = rec.size
                 self._buffer_bytes += size
                 st.buffered_records += 1
                 st.buffered_bytes += size
-                key_node = key_node or r.key_node
-                if r.durability == RecordDurability.BUFFERED:
+                if rec.durability == RecordDurability.BUFFERED:
                     self._unlogged.append(rec)
-                else:
-                    logged.append(to_stored(rec))
-                    sync = sync or r.durability == RecordDurability.SYNC
-            position = self._log.write(frame(logged)) if logged else None
+            key_node = any(r.key_node for r in batch)
             self._stats.appended_records += len(records)
             reason = None
             if key_node:
@@ -313,9 +342,34 @@ class ScratchService:
             self.request_flush(reason)
         if sync and position is not None:
             self._log_wake.set()
-            if not self._log.wait_synced(*position, _SYNC_WAIT_S):
-                raise Unavailable("the scratchpad log did not fsync within 30 s; retry")
+            try:
+                synced = self._log.wait_synced(*position, _SYNC_WAIT_S)
+                why = f"the scratchpad log did not fsync within {_SYNC_WAIT_S:.0f} s"
+            except LogSyncFailed as exc:
+                synced, why = False, str(exc)
+            if not synced:
+                self._sync_by_flush(first, len(records), why)
         return first, len(records)
+
+    def _sync_by_flush(self, first: int, count: int, why: str) -> None:
+        """A SYNC append whose log frame was not fsynced (``why``): its records
+        are buffered and readable already, so they are made durable by a flush
+        (a synced RocksDB batch) instead, which keeps the SYNC promise. If that
+        fails too, the client is told they were appended: an error that invites
+        a retry (UNAVAILABLE, which the client retries on its own) would store
+        them twice. They stay buffered, and the next flush that succeeds writes
+        them."""
+        log.warning("%s; flushing to make a SYNC append durable", why)
+        try:
+            self.flush("sync_fallback")
+        except Exception as exc:
+            ids = f"{first}" if count == 1 else f"{first}-{first + count - 1}"
+            raise FailedPrecondition(
+                f"{why}, and the flush that would have made the records durable instead "
+                f"failed too ({exc}): the {count} records (ids {ids}) were appended and are "
+                "readable, and the next flush that succeeds writes them, but until then they "
+                "may not survive a power loss. Do not append them again"
+            ) from exc
 
     def _still_open(self, session: str) -> None:
         """Re-check under the lock: a close marks the session CLOSING before it
@@ -404,15 +458,35 @@ class ScratchService:
                 current_log = self._log.current_seq
                 self._space.notify_all()
             try:
-                report = self._commit(snapshot, reason)
-            finally:
+                written = self._write(snapshot)
+            except BaseException:
+                # Nothing was committed: the records go back in front of the
+                # buffer (their ids are below every later append's) in the same
+                # step that takes them off the flushing list, so a reader sees
+                # them throughout; the rotated log files keep them until a flush
+                # commits them. The timer retries after flush_interval_s.
                 with self._lock:
                     self._flushing = []
+                    self._buffer[:0] = snapshot
+                    self._buffer_bytes += sum(r.size for r in snapshot)
+                    self._buffer_since = time.monotonic()
+                raise
+            with self._lock:  # committed: replay finds them in RocksDB now
+                self._flushing = []
+            report = self._account(written, reason)
             self._log.remove_before(current_log)
             return report
 
     def _commit(self, records: list[Record], reason: str) -> FlushReport:
         """Dedup/merge, embed, ONE synced RocksDB batch, ONE index update (flush lock held)."""
+        return self._account(self._write(records), reason)
+
+    def _write(self, records: list[Record]) -> _Written:
+        """Dedup/merge, embed, ONE synced RocksDB batch (flush lock held). Changes
+        no state of the service: when it raises, the records can be written again.
+        (If the commit reached RocksDB before it raised, a failed WAL sync, the
+        retry overwrites the same keys: a session's batch is keyed by its lowest
+        id, which a retry starts with, and keyed records by their key.)"""
         started = time.perf_counter()
         plan = plan_batch(records)
         kept = plan.records
@@ -458,25 +532,27 @@ class ScratchService:
             acc[1] += len(value)
             for i in idxs:
                 payloads[i] = _payload(kept[i], raw_key)
-        top = max(r.id for r in records)
-        self._flushed_upto = max(self._flushed_upto, top)
-        batch.put("meta", _FLUSHED_UPTO, _ID.pack(self._flushed_upto))
+        flushed_upto = max([self._flushed_upto, *(r.id for r in records)])
+        batch.put("meta", _FLUSHED_UPTO, _ID.pack(flushed_upto))
         batch.commit(sync=True)
-        if kept:
-            ids = np.fromiter((r.id for r in kept), dtype=np.int64, count=len(kept))
-            self.index.add_batch(ids, vectors, payloads)
-            if replaced_ids:
-                self.index.remove(replaced_ids)
-        stored_bytes = sum(v[1] for v in stored.values())
+        self._flushed_upto = flushed_upto  # only now: a failed commit moved nothing
+        return _Written(
+            records, plan, vectors, payloads, replaced_ids, stored, keyed_updates, started
+        )
+
+    def _account(self, w: _Written, reason: str) -> FlushReport:
+        """After a commit: the keyed entries and counts, then ONE index update."""
+        plan, kept = w.plan, w.plan.records
+        stored_bytes = sum(v[1] for v in w.stored.values())
         with self._lock:
-            for key, rid, nbytes in keyed_updates:
+            for key, rid, nbytes in w.keyed_updates:
                 self._keyed[key] = (rid, nbytes)
-            for r in records:
+            for r in w.records:
                 st = self._per_session.get(r.session)
                 if st is not None and st.buffered_records:
                     st.buffered_records -= 1
                     st.buffered_bytes -= r.size
-            for session, (n, nbytes) in stored.items():
+            for session, (n, nbytes) in w.stored.items():
                 st = self._per_session.setdefault(session, _SessionScratch())
                 st.stored_records += n
                 st.stored_bytes += nbytes
@@ -487,6 +563,11 @@ class ScratchService:
             s.deduplicated += plan.deduplicated
             s.merged += plan.merged
             s.flushes_by_reason[reason] = s.flushes_by_reason.get(reason, 0) + 1
+        if kept:
+            ids = np.fromiter((r.id for r in kept), dtype=np.int64, count=len(kept))
+            self.index.add_batch(ids, w.vectors, w.payloads)
+            if w.replaced_ids:
+                self.index.remove(w.replaced_ids)
         m = self.metrics
         m.writeback_flushes.labels(reason).inc()
         m.writeback_flushed_records.inc(len(kept))
@@ -495,12 +576,14 @@ class ScratchService:
             m.scratch_index_updates.inc()
         m.writeback_deduplicated.inc(plan.deduplicated)
         m.writeback_merged.inc(plan.merged)
-        m.writeback_flush_seconds.observe(time.perf_counter() - started)
+        m.writeback_flush_seconds.observe(time.perf_counter() - w.started)
         return FlushReport(len(kept), plan.deduplicated, plan.merged, max(stored_bytes, 0))
 
     # -- background threads --------------------------------------------------------
     def _log_loop(self) -> None:
         interval_s = min(self.config.buffered_window_ms, self.config.log_fsync_interval_ms) / 1000
+        logged_at = -_LOG_FAILURE_EVERY_S  # a failing disk fails every round: log some
+        failed = 0
         while not self._stop.is_set():
             self._log_wake.wait(interval_s)
             self._log_wake.clear()
@@ -508,7 +591,14 @@ class ScratchService:
                 self.write_unlogged()
                 self._log.sync()
             except Exception:
-                log.exception("scratchpad log write failed")
+                failed += 1
+                if time.monotonic() - logged_at >= _LOG_FAILURE_EVERY_S:
+                    logged_at = time.monotonic()
+                    log.exception(
+                        "scratchpad log write or fsync failed (%d times since the last report; "
+                        "reported at most every %.0f s)", failed, _LOG_FAILURE_EVERY_S,
+                    )  # fmt: skip
+                    failed = 0
 
     def write_unlogged(self) -> None:
         """Write BUFFERED records to the log (the log thread does this every window)."""
@@ -785,6 +875,18 @@ class ScratchService:
                 f"scratchpad log {kept.name} was kept aside at an earlier start (a damaged "
                 f"frame; acknowledged records in it may be lost): delete it once inspected",
             )  # fmt: skip
+
+
+def _log_write_error(exc: OSError, count: int) -> CapacityExceeded | Unavailable:
+    """What the client of an append whose log write failed is told: none of its
+    ``count`` records was appended, so a retry appends them once."""
+    what = (
+        f"the scratchpad log write failed ({exc.strerror or exc}); none of the {count} "
+        "records was appended"
+    )
+    if exc.errno == errno.ENOSPC:
+        return CapacityExceeded(f"{what}: the disk is full. Free space, then retry")
+    return Unavailable(f"{what}; retry")
 
 
 def _payload(r: Record, loc: bytes) -> dict[str, Any]:

@@ -177,6 +177,16 @@ class BlobService:
         self.catalog = BlobCatalog(self.store.catalog.rocks)
         self._lock = threading.RLock()  # reference counts, payload adoption and deletion
         self._index_lock = threading.Lock()
+        #: Checking ``blobs.max_stored_bytes`` and counting the bytes checked are
+        #: one step under this lock (``_check_capacity``), so two puts beginning
+        #: at once cannot both pass on usage without the other's bytes. Taken
+        #: alone or inside ``_lock``; nothing holding it takes another lock but
+        #: the upload table's.
+        self._capacity_lock = threading.Lock()
+        #: New bytes of inline puts between their capacity check and their
+        #: commit (then ``catalog.totals.stored_bytes`` counts them); under
+        #: ``_capacity_lock``.
+        self._reserved_bytes = 0
         self.lance_uri = config.lance_uri or str(self.root / "lance")
         self._remote = "://" in self.lance_uri
         self.files = FilePayloads(self.root / "payloads")
@@ -433,8 +443,9 @@ class BlobService:
                 and content.namespace_refs.get(spec.namespace, 0) > 0
             ):
                 return self._commit(spec, spec.sha256, bytes(content.block_xxh3), None, caller)
-        self._check_capacity(spec.size_bytes)
-        upload = self.uploads.begin(spec_to_proto(spec), caller)
+        with self._capacity_lock:  # checked and counted (as pending bytes) as one step
+            self._check_capacity(spec.size_bytes)
+            upload = self.uploads.begin(spec_to_proto(spec), caller)
         self.metrics.blob_uploads_active.set(len(self.uploads))
         return self._state(upload)
 
@@ -447,11 +458,15 @@ class BlobService:
         return spec
 
     def _check_capacity(self, size: int) -> None:
+        """Raise CapacityExceeded unless ``size`` more bytes fit under
+        ``blobs.max_stored_bytes``, counting stored content, uploads in progress and
+        inline puts not yet committed. Call under ``_capacity_lock`` and count the
+        bytes (an upload's begin, ``_reserved_bytes``) before releasing it."""
         limit = int(self.config.max_stored_bytes)
-        used = self.catalog.totals.stored_bytes + self.uploads.pending_bytes
+        used = self.catalog.totals.stored_bytes + self.uploads.pending_bytes + self._reserved_bytes
         if used + size > limit:
             raise CapacityExceeded(
-                f"the blob store holds {used} bytes (stored plus uploads in progress); "
+                f"the blob store holds {used} bytes (stored plus puts in progress); "
                 f"{size} more would exceed blobs.max_stored_bytes={limit}"
             )
 
@@ -688,13 +703,17 @@ class BlobService:
             spec = self._owner(spec, caller)
             old = self._check_replace(spec, caller)
             self._check_session_quota(spec, old)  # before any byte is adopted
+            reserved = 0
             if isinstance(source, bytes) and not upload_id:
                 # an inline put's bytes were never announced (an upload's were, at
-                # its begin): new content counts against the store's limit here,
-                # under the lock every commit takes
+                # its begin): new content is checked against the store's limit here
+                # and counted until the commit counts it as stored
                 known = self.catalog.content(sha)
                 if known is None or known.damaged:
-                    self._check_capacity(len(source))
+                    with self._capacity_lock:
+                        self._check_capacity(len(source))
+                        self._reserved_bytes += len(source)
+                    reserved = len(source)
             created: list[str] = []
             try:
                 self._create_spaces(embeddings, created)
@@ -718,6 +737,10 @@ class BlobService:
                 except Exception:
                     log.exception("dropping the embedding spaces of a failed blob put failed")
                 raise
+            finally:
+                if reserved:  # applied (the catalog counts it as stored) or refused
+                    with self._capacity_lock:
+                        self._reserved_bytes -= reserved
             self._synced(change)
             refs = self._refs(sha)
         self._changed()

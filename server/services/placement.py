@@ -69,7 +69,7 @@ from tiermem.server.errors import (
 from tiermem.server.model import Durability, Kind, ObjectKey, Profile, Tier
 from tiermem.server.services.mover import Mover
 from tiermem.server.services.store import Store
-from tiermem.server.tiers.base import Reservation
+from tiermem.server.tiers.base import MemoryTierEngine, Reservation
 
 if TYPE_CHECKING:  # (the object service imports this module)
     from tiermem.server.services.objects import ObjectGuard
@@ -80,6 +80,10 @@ log = logging.getLogger(__name__)
 MAX_QUEUED_PROMOTIONS = 10_000
 #: Most pending next-access deadlines remembered (oldest dropped first).
 MAX_DEADLINES = 100_000
+#: Most rounds of making room for one CACHE put when the bytes freed do not
+#: coalesce into an extent the value fits (each round frees the value's cost);
+#: past it the put is refused (RESOURCE_EXHAUSTED).
+MAX_ROOM_ROUNDS = 16
 
 
 def cost_model(config: PlacementConfig, remote_kinds: Collection[Kind] = ()) -> CostModel:
@@ -104,6 +108,15 @@ def cost_model(config: PlacementConfig, remote_kinds: Collection[Kind] = ()) -> 
             for k, kc in DEFAULT_KIND_COSTS.items()
         },
     )
+
+
+def _room_needed(engine: MemoryTierEngine, size: int) -> int:
+    """Bytes to move out of ``engine`` for a value of ``size`` its ``reserve``
+    just refused: what the budget lacks, or, when the free bytes add up but no
+    free extent fits the value (freed extents between residents), the value's
+    own cost (callers free that much again until an extent fits)."""
+    need = engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes
+    return need if need > 0 else engine.cost_of(size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,9 +351,13 @@ class PlacementService:
             for tier, engine in store.memory.items():
                 if size > engine.capacity_bytes:
                     continue
-                need = engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes
-                self.make_room(tier, need)
                 reservation = engine.reserve(size)
+                for _ in range(MAX_ROOM_ROUNDS):
+                    if reservation is not None:
+                        return reservation
+                    if self.make_room(tier, _room_needed(engine, size)) <= 0:
+                        break
+                    reservation = engine.reserve(size)
                 if reservation is not None:
                     return reservation
         raise CapacityExceeded(
@@ -361,8 +378,7 @@ class PlacementService:
         engine = self.store.memory[tier]
         reservation = None
         for _ in range(attempts):
-            need = engine.used_bytes + engine.cost_of(size) - engine.capacity_bytes
-            if self.make_room(tier, need, below) <= 0:
+            if self.make_room(tier, _room_needed(engine, size), below) <= 0:
                 return engine.reserve(size)
             reservation = engine.reserve(size)
             if reservation is not None:

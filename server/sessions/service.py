@@ -359,7 +359,7 @@ class SessionService:
     ) -> CloseReport:
         limit = self.config.max_result_bytes
         if len(result) > limit:
-            raise InvalidArgument(
+            raise CapacityExceeded(
                 f"result is {len(result)} bytes; the limit is {limit} "
                 "(agent.sessions.max_result_bytes): hand the parent one line, not the work"
             )

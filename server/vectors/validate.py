@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tiermem.server.config import VectorsConfig
-from tiermem.server.errors import InvalidArgument
+from tiermem.server.errors import CapacityExceeded, InvalidArgument
 from tiermem.server.model import MAX_SESSION_BYTES, ObjectKey, validate_session
 from tiermem.server.vectors.types import CollectionSpec, Filter, FilterOp, IndexParams
 from tiermem.v1 import vectors_pb2
@@ -162,7 +162,7 @@ def check_payloads(
             raise InvalidArgument(f"payload {i}: session id is over {MAX_SESSION_BYTES} bytes")
         raw = p.SerializeToString()
         if len(raw) > cfg.max_payload_bytes:
-            raise InvalidArgument(
+            raise CapacityExceeded(
                 f"payload {i} is {len(raw)} bytes; the limit is vectors.max_payload_bytes = "
                 f"{cfg.max_payload_bytes}"
             )

@@ -154,10 +154,10 @@ def test_streamed_appends_arrive_in_order(aclient: Client) -> None:
 
 
 def test_bad_records_are_rejected_and_change_nothing(aclient: Client) -> None:
-    from tiermem.client import InvalidArgumentError, NotFoundError
+    from tiermem.client import CapacityError, InvalidArgumentError, NotFoundError
 
     s = aclient.sessions.open(label="main")
-    with pytest.raises(InvalidArgumentError, match="payload"):
+    with pytest.raises(CapacityError, match=r"agent\.scratch\.max_record_bytes"):
         aclient.scratch.append(s.id, RecordKind.THOUGHT, b"x" * (300 * 1024))
     with pytest.raises(InvalidArgumentError, match="kind"):
         aclient.scratch.append(s.id, 9, "x")  # type: ignore[arg-type]

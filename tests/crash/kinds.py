@@ -10,7 +10,8 @@ acknowledged once it has. What each check accepts follows docs/reliability.md:
   BUFFERED ones may be lost, but only the newest: the lost ones of a session
   are a suffix of its acknowledged BUFFERED records, each acknowledged within
   ``agent.scratch.buffered_window_ms`` of the kill (plus a slack for a loaded
-  machine). Every record read back is byte-exact, keeps its id, and comes in
+  machine); one read back after a restart (recovery flushed it) is never lost
+  later. Every record read back is byte-exact, keeps its id, and comes in
   append order; none is invented or doubled.
 * **KV blocks** (``KvModel``): CACHE blocks come back intact or missing, DURABLE
   ones (a profile may ask) intact; ``lookup_prefix`` counts exactly the leading
@@ -45,6 +46,7 @@ from tiermem.client import (
     KvBlock,
     KvScope,
     NotFoundError,
+    Payload,
     Profile,
     RecordDurability,
     RecordKind,
@@ -81,6 +83,9 @@ class _Rec:
     kind: RecordKind
     id: int = 0
     acked_at: float = 0.0  # monotonic
+    #: Read back after a restart: recovery has flushed it to RocksDB, so even a
+    #: BUFFERED record may not be lost any more.
+    survived: bool = False
 
 
 _KINDS = [RecordKind.OBSERVATION, RecordKind.THOUGHT, RecordKind.TOOL_CALL, RecordKind.DECISION]
@@ -194,17 +199,18 @@ class ScratchModel:
         for seq, rec in self.acked.items():
             if seq in seen:
                 continue
-            if rec.durability == RecordDurability.BUFFERED:
+            if rec.durability == RecordDurability.BUFFERED and not rec.survived:
                 lost_buffered.append(rec)
             else:
                 name = RecordDurability(rec.durability).name
+                name += " (recovered before)" if rec.survived else ""
                 out.append(f"{where} #{rec.id}: acknowledged {name} record lost")
         if lost_buffered:
             first_lost = min(r.id for r in lost_buffered)
             later = [
                 r.id for s, r in seen.items()
                 if s in self.acked and r.durability == RecordDurability.BUFFERED
-                and r.id > first_lost
+                and not r.survived and r.id > first_lost
             ]  # fmt: skip
             if later:
                 out.append(
@@ -218,6 +224,8 @@ class ScratchModel:
                     f"{where}: BUFFERED record #{first_lost} lost though acknowledged "
                     f"{age:.2f} s before the kill (window {BUFFERED_WINDOW_MS} ms)"
                 )
+        for rec in seen.values():
+            rec.survived = True
         self.acked = dict(sorted(seen.items()))
         self.pending = []
         return out
@@ -365,7 +373,7 @@ class VectorModel:
         for i, v, ver in zip(ids, vecs, versions, strict=True):
             self.vectors[ver.digest] = v
             self.ids[i].pending = ver
-        payloads = [{"d": ver.digest.hex(), "w": self.worker} for ver in versions]
+        payloads = [Payload({"d": ver.digest.hex(), "w": self.worker}) for ver in versions]
         c.vectors.upsert(self.name, ids, vecs, payloads, namespace=NS)
         for i, ver in zip(ids, versions, strict=True):
             self.ids[i].acked, self.ids[i].pending = ver, None

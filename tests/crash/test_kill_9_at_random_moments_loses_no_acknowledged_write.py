@@ -1,6 +1,7 @@
 """Crash-kill: a mixed workload against a daemon subprocess is killed with
 SIGKILL at random moments (including mid-put of large objects and at crash
-points inside puts, deletes, demotion and compaction), restarted and checked:
+points inside puts, deletes, demotion and compaction; a quarter of the
+restarts are killed once more while the daemon starts), restarted and checked:
 every acknowledged DURABLE write present and byte-exact, nothing corrupted,
 CACHE objects intact or reported missing, for plain objects, scratchpad
 records, KV blocks, vectors and blobs (see tests/crash/workload.py and

@@ -21,6 +21,10 @@ vectors and puts, copies and deletes blobs, each through the real client; what
 each of those must read back after a restart is in ``tests/crash/kinds.py``.
 Every kind is also read back while the daemon serves.
 
+Kills land at a random moment, while a large put streams, or at an armed crash
+point (``MODES``); a share of the restarts (``restart_kills``) is killed too,
+part-way through the daemon's start, before the start that is checked.
+
 The operations are a table (``OPS``): add a row to put new kinds of work under
 the same checks. Restart-to-serving (process start until ``tiermem serve``
 prints its address, which it does once recovery is done) must stay under
@@ -275,11 +279,25 @@ class CycleResult:
     verify_s: float = 0.0  # the check after the restart (loads vector collections too)
     acked_by_op: dict[str, int] = field(default_factory=dict)
     buffered_lost_max_age_s: float = 0.0  # oldest BUFFERED record lost, before the kill
+    killed_starting: bool = False  # a start before this cycle's was killed before it served
 
 
 class CrashHarness:
-    def __init__(self, root: Path, *, workers: int = 4, keys_per_worker: int = 30, seed: int = 1):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        workers: int = 4,
+        keys_per_worker: int = 30,
+        seed: int = 1,
+        restart_kills: float = 0.25,
+    ):
+        """``restart_kills``: the share of cycles whose restart is killed first,
+        while the daemon starts (recovery, flushes of recovered records, orphan
+        clean-up, services opening), before the start that is checked."""
         self.root = root
+        self.restart_kills = restart_kills
+        self.last_start_s = 2.0
         self.data = root / "data"
         self.rng = random.Random(seed)
         self.seed = seed
@@ -322,7 +340,31 @@ class CrashHarness:
         self.proc = DaemonProcess(self.data, config=self._config(armed))
         started = time.monotonic()
         address = self.proc.start(timeout_s=120)
-        return address, time.monotonic() - started
+        self.last_start_s = time.monotonic() - started
+        return address, self.last_start_s
+
+    def _kill_starting(self) -> bool:
+        """Start the daemon and kill -9 it part-way through its start (most of
+        a start is imports; the kill lands in its last 60 %, where recovery and
+        the services' opening run). Whether it was killed before it served."""
+        proc = DaemonProcess(self.data, config=self._config(False))
+        serving = threading.Event()
+
+        def start() -> None:
+            try:
+                proc.start(timeout_s=120)
+                serving.set()
+            except RuntimeError:
+                pass  # killed before it printed its address
+
+        starter = threading.Thread(target=start)
+        starter.start()
+        time.sleep(self.rng.uniform(0.4, 1.0) * self.last_start_s)
+        while proc.proc is None:  # pragma: no cover - Popen is immediate
+            time.sleep(0.01)
+        proc.kill9()
+        starter.join(60)
+        return not serving.is_set()
 
     def _recovery_line(self) -> tuple[float, int]:
         assert self.proc is not None
@@ -390,6 +432,9 @@ class CrashHarness:
         """Start (verify what the last cycle left), run the workload, kill -9."""
         self.cycle += 1
         armed = mode == "points"
+        killed_starting = self.cycle > 1 and self.rng.random() < self.restart_kills
+        if killed_starting:
+            killed_starting = self._kill_starting()
         address, start_s = self._start(armed)
         recovery_s, recovered = self._recovery_line()
         checked = time.monotonic()
@@ -450,7 +495,7 @@ class CrashHarness:
         return CycleResult(
             mode, start_s, recovery_s, recovered, sum(acked.values()),
             len(self.expected), present, violations, killed_by, verify_s, dict(acked),
-            max(m.buffered_lost_max_age_s for m in self.scratch),
+            max(m.buffered_lost_max_age_s for m in self.scratch), killed_starting,
         )  # fmt: skip
 
     def _died(self, wait_s: float = 1.0) -> bool:

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from tiermem.client import CapacityError, Client, InvalidArgumentError, KvBlock, KvScope
-from tiermem.client.errors import FailedPreconditionError
 from tiermem.server.app import Daemon
 
 SCOPE = KvScope("fast-model", dtype="float32")
@@ -37,28 +36,26 @@ def test_a_block_over_the_kv_limit_is_refused_on_every_path(
         for path in (None, "grpc"):
             with pytest.raises(CapacityError, match="max_block_bytes"):
                 c.kv.put_blocks(SCOPE, [KvBlock(3, torch.zeros(BIG // 4))], path=path)
-        # A forced fast path has no next path: refused (the message is the client's;
-        # see the xfail test below).
+        # A forced fast path has no next path: the daemon's refusal is raised there
+        # (see the test below).
         for path in ("bulk", "shm"):
-            with pytest.raises((CapacityError, FailedPreconditionError)):
+            with pytest.raises(CapacityError, match="max_block_bytes"):
                 c.kv.put_blocks(SCOPE, [KvBlock(3, torch.zeros(BIG // 4))], path=path)
         assert c.kv.lookup_prefix(SCOPE, [3]).stored_chunks == 0
         c.kv.put_blocks(SCOPE, [KvBlock(4, torch.zeros(1 << 14))])  # under it: stored
         assert c.kv.lookup_prefix(SCOPE, [4]).stored_chunks == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="client: a forced fast path refused with RESOURCE_EXHAUSTED raises "
-    "FailedPreconditionError 'could not serve the request', losing the daemon's message",
-)
 @pytest.mark.parametrize("path", ["bulk", "shm"])
 def test_a_forced_fast_path_reports_the_daemons_size_cap(
     make_daemon: Callable[..., Daemon], path: str
 ) -> None:
+    """The daemon's RESOURCE_EXHAUSTED and message, not the client's 'could not
+    serve'; nothing is stored."""
     daemon = make_daemon(kv={"max_block_bytes": 128 << 10})
-    with (
-        Client(daemon.address, timeout_s=30) as c,
-        pytest.raises(CapacityError, match="max_block_bytes"),
-    ):
-        c.kv.put_blocks(SCOPE, [KvBlock(3, torch.zeros(BIG // 4))], path=path)
+    with Client(daemon.address, timeout_s=30) as c:
+        with pytest.raises(CapacityError) as refused:
+            c.kv.put_blocks(SCOPE, [KvBlock(3, torch.zeros(BIG // 4))], path=path)
+        said = refused.value.message
+        assert "is 262144 bytes; the limit is 131072 (kv.max_block_bytes)" in said, said
+        assert c.kv.lookup_prefix(SCOPE, [3]).stored_chunks == 0

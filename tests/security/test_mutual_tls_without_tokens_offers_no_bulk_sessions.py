@@ -1,9 +1,10 @@
 """A daemon whose callers prove who they are by a client certificate (mutual
 TLS, no tokens) offers no bulk sessions: the bulk channel is plaintext and has
 no certificate to check, and a process with no certificate listed, read and
-could delete objects through a session there. Certified clients still use
-the bulk channel, with tickets they ask for over the gRPC channel (where the
-certificate is checked)."""
+could delete objects through a session there. Certified clients on the
+daemon's host still use the bulk channel, by its Unix socket (the only way
+it is served under TLS), with tickets they ask for over the gRPC channel
+(where the certificate is checked)."""
 
 from __future__ import annotations
 

@@ -114,3 +114,21 @@ def test_remote_services_run_an_image_built_with_the_remote_extra() -> None:
         assert set(service["build"]["args"]["EXTRA"].split(",")) == {"server", "remote"}
     # the CPU wheel needs the verbs libraries at run time
     assert "libibverbs1" in (REPO / "Dockerfile").read_text()
+
+
+def test_prometheus_scrapes_every_tiermem_service_without_alerting_on_absent_profiles() -> None:
+    """Each tiermem service's metrics port is a scrape target, so the remote
+    profiles' daemons are visible too; those are in a job of their own, so
+    the daemon-down alert (on job tiermem) does not fire when their profile
+    is not up."""
+    prometheus = yaml.safe_load((REPO / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    targets = {
+        target: job["job_name"]
+        for job in prometheus["scrape_configs"]
+        for group in job["static_configs"]
+        for target in group["targets"]
+    }
+    tiermems = [name for name in _services() if name.startswith("tiermem")]
+    assert {f"{name}:9464" for name in tiermems} <= set(targets)
+    assert targets["tiermem:9464"] == "tiermem"
+    assert all(targets[f"{n}:9464"] != "tiermem" for n in tiermems if n != "tiermem")

@@ -13,6 +13,7 @@ import pytest
 from tests.vectors.conftest import clustered
 from tiermem.client import (
     AlreadyExistsError,
+    CapacityError,
     Client,
     Condition,
     InvalidArgumentError,
@@ -67,7 +68,7 @@ BAD_CALLS: list[tuple[str, Callable[[Client], Any], type[TiermemClientError], st
     (
         "payload too big",
         lambda c: c.vectors.upsert("c", [1, 2, 3, 4], GOOD, [{"a": "x" * 9000}] * 4),
-        InvalidArgumentError,
+        CapacityError,
         "max_payload_bytes",
     ),
     (
