@@ -971,7 +971,9 @@ class RemoteService:
             self.store.forget_stale(key, entry)
 
     # -- reads ------------------------------------------------------------------------
-    def pull(self, keys: Sequence[bytes], touch: bool = True) -> dict[bytes, RemoteValue | None]:
+    def pull(
+        self, keys: Sequence[bytes], touch: bool = True, strict: bool = False
+    ) -> dict[bytes, RemoteValue | None]:
         """Fetch the objects among ``keys`` that are not held locally (no catalog
         entry, or served from the remote tier), in parts that are on the wire at
         once (``RemoteTier.read``). Returns what to serve for each: its verified
@@ -982,7 +984,10 @@ class RemoteService:
         not fetched because the store is unavailable, are left out: read them the
         ordinary way. Raises Corrupted for a payload that fails its checksum.
         ``touch``: count an access to adopted objects (False when the caller reads
-        them locally right after, which counts it)."""
+        them locally right after, which counts it). ``strict``: raise Unavailable
+        when the store is unavailable for an object this daemon demoted (served
+        from the remote tier): the read that follows would only ask the silent
+        store again, a second deadline and a second breaker failure."""
         store, catalog = self.store, self.catalog
         with store.lock:
             entries = {k: catalog.find(k) for k in keys}
@@ -1006,7 +1011,10 @@ class RemoteService:
                         release_all(values[n + 1 :])
                         raise
         except Unavailable:
-            pass  # counted and logged by the engine; what arrived is served
+            # counted and logged by the engine; what arrived is served
+            if strict and any(entries[k] is not None and k not in out for k in wanted):
+                release_all(out.values())
+                raise
         except BaseException:
             release_all(out.values())
             raise
@@ -1080,7 +1088,9 @@ class RemoteService:
         in as ``fill`` does, those a session owns only for a ``caller`` who
         may read them (see ``fill``); values ``reserve`` declines (None: too
         small for an extent, no room) are adopted as ``fill`` does; misses and
-        an unavailable store are left to the read that follows."""
+        an unavailable store are left to the read that follows, except that an
+        unavailable store raises Unavailable for an object this daemon demoted,
+        as ``fill`` does."""
         shared = [k for k in keys if k.kind in self.kinds]
         if not shared:
             return {}
@@ -1113,8 +1123,8 @@ class RemoteService:
             for k, e in zip(shared, entries, strict=True)
             if e is None and k.namespace in known and not self._held_back(k.encode())
         ]
-        if demoted:
-            self._bring_in(demoted, touch=False)
+        if demoted:  # a silent store fails the request here, once (``pull``)
+            self._bring_in(demoted, touch=False, strict=True)
         out: dict[ObjectKey, tuple[ObjectMeta, Reservation]] = {}
         if not missing:
             return out
@@ -1273,7 +1283,9 @@ class RemoteService:
         are read locally (the data plane calls this, so a shared-memory or bulk
         read of a block another daemon wrote is one request). Checks first that
         the caller may read each namespace (PermissionDenied, as the read would).
-        Misses and an unavailable store are left to the read that follows.
+        Misses are left to the read that follows, and so is an unavailable
+        store for objects this daemon never had; for one it demoted, Unavailable
+        is raised here (the read would ask the silent store again).
 
         An object a session owns that was demoted to the remote tier is brought
         in only for a ``caller`` who may read it (the session the client acts
@@ -1295,7 +1307,7 @@ class RemoteService:
             for k, e, o in zip(encoded, entries, owned, strict=True)
             if e is None or self._may_read(k, e, o, caller)
         ]
-        self._bring_in(wanted, touch=False)
+        self._bring_in(wanted, touch=False, strict=True)
 
     def _may_read(self, key: bytes, entry: Entry, owned: bool, caller: str | None) -> bool:
         """Whether ``caller`` (see ``fill``) may read the object ``entry``
@@ -1323,11 +1335,11 @@ class RemoteService:
             held = [self.catalog.find(k) for k in keys]
         return sum(1 for e in held if e is not None and e.tier != Tier.REMOTE)
 
-    def _bring_in(self, keys: Sequence[bytes], touch: bool = True) -> None:
+    def _bring_in(self, keys: Sequence[bytes], touch: bool = True, strict: bool = False) -> None:
         """``pull`` a window of keys at a time, values released at once."""
         step = self.config.batch_max_objects
         for start in range(0, len(keys), step):
-            release_all(self.pull(keys[start : start + step], touch).values())
+            release_all(self.pull(keys[start : start + step], touch, strict).values())
 
     def _count_read(self, kind: Kind) -> None:
         self.store.metrics.count_read(kind.name, Tier.REMOTE.name, self.store.tier_names())

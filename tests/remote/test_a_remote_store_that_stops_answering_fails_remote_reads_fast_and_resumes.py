@@ -71,18 +71,12 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 60.0) -> None:
         time.sleep(0.2)
 
 
-#: A data-plane read (shared-memory Lease, bulk Get) of an object only the store
-#: holds first tries to bring it in (``RemoteService.pull``, through ``stage`` or
-#: ``fill``), which leaves it to the read that follows when the store is
-#: unavailable; that read (``Store.read_remote``) asks the store again: two
-#: deadlines and two breaker failures for one request (seen 2026-12-02).
-TWO_READS = pytest.mark.xfail(
-    strict=True, reason="a data-plane read of a demoted object asks a silent store twice"
-)
-
-
-@pytest.mark.parametrize("path", ["grpc", pytest.param("shm", marks=TWO_READS),
-                                  pytest.param("bulk", marks=TWO_READS)])  # fmt: skip
+# A data-plane read (shared-memory Lease, bulk Get) of an object only the store
+# holds first tries to bring it in (``RemoteService.pull``, through ``stage`` or
+# ``fill``); a silent store fails the request there, once: it used to leave the
+# object to the read that follows (``Store.read_remote``), which asked the store
+# again: two deadlines and two breaker failures for one request.
+@pytest.mark.parametrize("path", ["grpc", "shm", "bulk"])
 @pytest.mark.parametrize("own_peer", BACKENDS, indirect=True)
 def test_a_paused_store_fails_remote_reads_within_the_deadline_and_resumes_after(
     own_peer: Peer, make_remote_daemon: Callable[..., Daemon], path: str
