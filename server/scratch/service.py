@@ -452,10 +452,13 @@ class ScratchService:
                 if self._unlogged:  # keep every snapshot record in the rotated log
                     self._log.write(frame([to_stored(r) for r in self._unlogged]))
                     self._unlogged = []
-                snapshot, self._buffer, self._buffer_bytes = self._buffer, [], 0
-                self._flushing = snapshot
+                # rotate before taking the buffer: a rotation that fails (the next
+                # file cannot be opened) must leave the records where readers and
+                # the next flush find them
                 self._log.rotate()
                 current_log = self._log.current_seq
+                snapshot, self._buffer, self._buffer_bytes = self._buffer, [], 0
+                self._flushing = snapshot
                 self._space.notify_all()
             try:
                 written = self._write(snapshot)
