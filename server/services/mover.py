@@ -144,21 +144,32 @@ class Mover:
         # the object changed or went meanwhile, and a read finding no entry for
         # it would adopt that version.
         writes = self.remote_writes
-        if target != Tier.REMOTE or entry.remote_copy or writes is None:
-            # a copy is there already (a publish's or adoption's shared one, or a
-            # promoted private one): ``_upload`` asks for it, and sends the value
-            # again if the store lost it, under the name that copy has
-            private = target == Tier.REMOTE and entry.remote_copy and store.remote_private(encoded)
-            return self._copy_then_switch(
-                encoded, entry, view, target, force=force, private=private
-            )
+        if target != Tier.REMOTE or writes is None:
+            return self._copy_then_switch(encoded, entry, view, target, force=force)
         if store.remote is None or not store.remote.fits(entry.size):
             return False
-        # a session's object goes under this daemon's private name (``codec``);
-        # the claim journals the name the upload uses, so say which beforehand
-        with store.lock:
-            now = self.catalog.find(encoded)
-            private = now is not None and now.same_copy(entry) and writes.private_row(now.row)
+        reupload = entry.remote_copy
+        if reupload:
+            # a copy is there already (a publish's or adoption's shared one, or a
+            # promoted private one) unless the store lost it (evicted, restarted):
+            # ask, under the name that copy has; a lost one is sent again like a
+            # first upload, under the claim (ordered with the writer's deletes and
+            # publishes, deleted again if the switch does not happen)
+            private = store.remote_private(encoded)
+            try:
+                there = store.remote.exists([encoded], [private])[0]
+            except Unavailable:
+                return False
+            if there:
+                return self._copy_then_switch(
+                    encoded, entry, view, target, force=force, private=private
+                )
+        else:
+            # a session's object goes under this daemon's private name (``codec``);
+            # the claim journals the name the upload uses, so say which beforehand
+            with store.lock:
+                now = self.catalog.find(encoded)
+                private = now is not None and now.same_copy(entry) and writes.private_row(now.row)
         if not writes.claim(encoded, private=private):
             return False  # the remote writer is busy with this key: not now
         # the entry was read before the claim: a newer version may have reached
@@ -173,8 +184,9 @@ class Mover:
                 now is not None
                 and now.same_copy(entry)
                 and now.tier != Tier.REMOTE
-                and not now.remote_copy
-                and writes.private_row(now.row) == private
+                and now.remote_copy == reupload
+                and (store.remote_private(encoded) if reupload else writes.private_row(now.row))
+                == private
             )
         if not current:
             writes.release(encoded, orphaned=False)  # nothing was uploaded
@@ -182,7 +194,7 @@ class Mover:
         moved = False
         try:
             moved = self._copy_then_switch(
-                encoded, entry, view, target, force=force, private=private
+                encoded, entry, view, target, force=force, private=private, reupload=reupload
             )
         finally:
             writes.release(encoded, orphaned=not moved, private=private)
@@ -197,6 +209,7 @@ class Mover:
         *,
         force: bool,
         private: bool = False,
+        reupload: bool = False,
     ) -> bool:
         """Copy ``view`` (the value of the copy ``entry`` describes) to ``target``
         and switch the entry to it if it still describes that copy. ``private``:
@@ -217,7 +230,7 @@ class Mover:
                 ssd_copy = store.ssd.write(encoded, view, entry.checksum, durable=False)
             except CapacityExceeded:
                 return False
-        elif target == Tier.REMOTE and not self._upload(encoded, entry, view, private):
+        elif target == Tier.REMOTE and not self._upload(encoded, entry, view, private, reupload):
             return False
         store.faults.point("move.after_copy")
         with store.lock:
@@ -275,14 +288,16 @@ class Mover:
         store.metrics.migrated_bytes.labels(entry.tier.name, target.name, kind).inc(entry.size)
         return True
 
-    def _upload(self, encoded: bytes, entry: Entry, view: memoryview, private: bool) -> bool:
-        """Make sure the remote store holds this version of the object. When a copy
-        was written earlier (publish, adoption) the store is asked whether it still
-        has it, and the value is sent again if not: the store may have evicted it,
-        or lost it in a restart, and the flag saying a copy is there is never
-        cleared otherwise (demoting without the check turned a block this daemon
-        still held into a miss, here and on every other daemon). ``private``: a
-        session's object, written under this
+    def _upload(
+        self, encoded: bytes, entry: Entry, view: memoryview, private: bool, reupload: bool
+    ) -> bool:
+        """Make sure the remote store holds this version of the object. Nothing is
+        sent when a copy was written earlier (publish, adoption) and ``move`` found
+        it still there; ``reupload``: the store lost it (evicted, restarted), send
+        the value again (``move`` holds the claim; the flag saying a copy is there
+        is never cleared otherwise, and demoting without sending turned a block
+        this daemon still held into a miss, here and on every other daemon).
+        ``private``: a session's object, written under this
         daemon's private name (``codec``), which other daemons never read; else
         under the shared name, with no owner (an owner tag is shared like no
         owner). False when the store is down or refuses the value (the caller
@@ -290,9 +305,9 @@ class Mover:
         remote = self.store.remote
         if remote is None or not remote.fits(entry.size):
             return False
+        if entry.remote_copy and not reupload:
+            return True
         try:
-            if entry.remote_copy and remote.exists([encoded], [private])[0]:
-                return True
             with self.store.lock:
                 meta = self.catalog.meta(encoded, entry)
             if not private:
