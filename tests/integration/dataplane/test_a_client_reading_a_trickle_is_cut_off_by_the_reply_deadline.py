@@ -15,32 +15,27 @@ minute to read the reply.
 
 from __future__ import annotations
 
-import socket
-import time
 from collections.abc import Callable
 
 import grpc
 import pytest
 
 from tests.integration.dataplane.helpers import (
-    MiB,
     dataplane_stub,
     key,
-    read_status,
     recv_exact,
     wait_for,
 )
+from tests.integration.dataplane.trickle import (
+    IO_TIMEOUT_S,
+    MIN_RATE,
+    SIZE,
+    present,
+    trickle,
+)
 from tiermem.client import Client, Kind
-from tiermem.dataplane_wire import preamble
 from tiermem.server.app import Daemon
 from tiermem.v1 import blobs_pb2, blobs_pb2_grpc, dataplane_pb2
-
-SIZE = 16 * MiB
-IO_TIMEOUT_S = 2.0
-MIN_RATE = 4 * MiB  # deadline: max(2 s, 16 MiB / 4 MiB/s) = 4 s
-CUT_WITHIN_S = 40.0
-TRICKLE_BYTES = 4096
-TRICKLE_PAUSE_S = 0.02  # at most ~200 KiB/s: 16 MiB would take 80 s
 
 
 @pytest.fixture
@@ -57,38 +52,6 @@ def slow_daemon(make_daemon: Callable[..., Daemon]) -> Daemon:
     )
 
 
-def _present(address: str, ticket_id: bytes) -> socket.socket:
-    """Connect with a small receive buffer, present the ticket, read its OK."""
-    host, _, port = address.rpartition(":")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 10)  # before connect
-    sock.settimeout(30)
-    sock.connect((host, int(port)))
-    sock.sendall(preamble(ticket_id, b""))
-    assert read_status(sock).code == "OK"
-    return sock
-
-
-def _trickle(sock: socket.socket) -> tuple[int, float, bool]:
-    """Read a few KiB at a time until the daemon ends the connection or
-    ``CUT_WITHIN_S`` passes; returns (bytes read, seconds, cut off)."""
-    start = time.monotonic()
-    got = 0
-    try:
-        while time.monotonic() - start < CUT_WITHIN_S:
-            try:
-                chunk = sock.recv(TRICKLE_BYTES)
-            except ConnectionResetError:
-                return got, time.monotonic() - start, True
-            if not chunk:
-                return got, time.monotonic() - start, True
-            got += len(chunk)
-            time.sleep(TRICKLE_PAUSE_S)
-        return got, time.monotonic() - start, False
-    finally:
-        sock.close()
-
-
 def test_a_get_read_as_a_trickle_is_cut_off_and_releases_its_read(
     slow_daemon: Daemon,
 ) -> None:
@@ -98,7 +61,7 @@ def test_a_get_read_as_a_trickle_is_cut_off_and_releases_its_read(
         c.put(Kind.KV_BLOCK, "big", b"\x07" * SIZE)
     with dataplane_stub(slow_daemon) as stub:
         ticket = stub.BeginGet(dataplane_pb2.BeginGetRequest(keys=[key("big")]))
-    got, seconds, cut = _trickle(_present(ticket.address, ticket.ticket_id))
+    got, seconds, cut = trickle(present(ticket.address, ticket.ticket_id))
     assert cut, f"still sending after {seconds:.0f} s ({got} of {SIZE} bytes read)"
     assert got < SIZE
     wait_for(lambda: dp.budget.used_bytes == 0, "the cut get to give back its bytes")
@@ -120,7 +83,7 @@ def test_a_blob_stream_out_read_as_a_trickle_is_cut_off(slow_daemon: Daemon) -> 
     finally:
         channel.close()
     assert reply.WhichOneof("grant") == "bulk"
-    got, seconds, cut = _trickle(_present(reply.bulk.address, reply.bulk.ticket_id))
+    got, seconds, cut = trickle(present(reply.bulk.address, reply.bulk.ticket_id))
     assert cut, f"still streaming after {seconds:.0f} s ({got} of {SIZE} bytes read)"
     assert got < SIZE
     broken = slow_daemon.metrics.bulk_transfers.labels("get", "broken")._value.get()
@@ -134,7 +97,7 @@ def test_replies_read_at_full_speed_arrive_whole(slow_daemon: Daemon) -> None:
         c.blobs.put("blob", value)
     with dataplane_stub(slow_daemon) as stub:
         ticket = stub.BeginGet(dataplane_pb2.BeginGetRequest(keys=[key("big")]))
-    sock = _present(ticket.address, ticket.ticket_id)
+    sock = present(ticket.address, ticket.ticket_id)
     try:
         assert recv_exact(sock, SIZE) == value
     finally:
@@ -150,7 +113,7 @@ def test_replies_read_at_full_speed_arrive_whole(slow_daemon: Daemon) -> None:
         channel.close()
     assert reply.WhichOneof("grant") == "bulk"
     assert reply.header.aligned_length == SIZE
-    sock = _present(reply.bulk.address, reply.bulk.ticket_id)
+    sock = present(reply.bulk.address, reply.bulk.ticket_id)
     try:
         assert recv_exact(sock, SIZE) == value
     finally:

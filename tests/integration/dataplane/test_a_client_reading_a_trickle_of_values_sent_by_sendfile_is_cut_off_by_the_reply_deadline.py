@@ -19,62 +19,25 @@ settings the cut comes after about 8 s; the test waits up to 40 s for it.
 from __future__ import annotations
 
 import os
-import socket
-import time
 from collections.abc import Callable
 
 import pytest
 
 from tests.integration.dataplane.helpers import (
-    MiB,
     dataplane_stub,
     key,
-    read_status,
     wait_for,
 )
+from tests.integration.dataplane.trickle import (
+    IO_TIMEOUT_S,
+    MIN_RATE,
+    SIZE,
+    present,
+    trickle,
+)
 from tiermem.client import Client, Kind, Profile, Tier
-from tiermem.dataplane_wire import preamble
 from tiermem.server.app import Daemon
 from tiermem.v1 import dataplane_pb2
-
-SIZE = 16 * MiB
-IO_TIMEOUT_S = 2.0
-MIN_RATE = 4 * MiB  # deadline: max(2 s, 16 MiB / 4 MiB/s) = 4 s
-CUT_WITHIN_S = 40.0
-TRICKLE_BYTES = 4096
-TRICKLE_PAUSE_S = 0.02  # at most ~200 KiB/s: 16 MiB would take 80 s
-
-
-def _present(address: str, ticket_id: bytes) -> socket.socket:
-    """Connect with a small receive buffer, present the ticket, read its OK."""
-    host, _, port = address.rpartition(":")
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 << 10)  # before connect
-    sock.settimeout(30)
-    sock.connect((host, int(port)))
-    sock.sendall(preamble(ticket_id, b""))
-    assert read_status(sock).code == "OK"
-    return sock
-
-
-def _trickle(sock: socket.socket) -> tuple[int, float, bool]:
-    """Read a few KiB at a time until the daemon ends the connection or
-    ``CUT_WITHIN_S`` passes; returns (bytes read, seconds, cut off)."""
-    start = time.monotonic()
-    got = 0
-    try:
-        while time.monotonic() - start < CUT_WITHIN_S:
-            try:
-                chunk = sock.recv(TRICKLE_BYTES)
-            except ConnectionResetError:
-                return got, time.monotonic() - start, True
-            if not chunk:
-                return got, time.monotonic() - start, True
-            got += len(chunk)
-            time.sleep(TRICKLE_PAUSE_S)
-        return got, time.monotonic() - start, False
-    finally:
-        sock.close()
 
 
 def test_a_get_sent_by_sendfile_read_as_a_trickle_is_cut_off_and_releases_its_read(
@@ -107,7 +70,7 @@ def test_a_get_sent_by_sendfile_read_as_a_trickle_is_cut_off_and_releases_its_re
     monkeypatch.setattr(os, "sendfile", counting_sendfile)
     with dataplane_stub(daemon) as stub:
         ticket = stub.BeginGet(dataplane_pb2.BeginGetRequest(keys=[key("big")]))
-    got, seconds, cut = _trickle(_present(ticket.address, ticket.ticket_id))
+    got, seconds, cut = trickle(present(ticket.address, ticket.ticket_id))
     assert sendfile_calls, "the value did not leave by sendfile"
     assert cut, f"still sending after {seconds:.0f} s ({got} of {SIZE} bytes read)"
     assert got < SIZE
