@@ -18,9 +18,14 @@ each move's copy cost. It is solved as a greedy knapsack, fastest tier first:
    ``hysteresis`` margin, so estimates that wobble do not make objects flap;
 3. the moves from current to target placement are ordered so that no tier
    ever holds more than its budget: forced demotions of tiers above their high
-   watermark first, then promotions by benefit, each pulling the demotions
-   that make its room, within a byte budget per plan (the migrator's
-   bandwidth), then useless residents are cleared out.
+   watermark first, down to their low watermark, least valuable first; such a
+   tier also drops, in the same order, the CACHE residents nothing else keeps
+   (floor DROP: no SSD or remote tier, or a copy there does not pay); then
+   promotions by benefit, each pulling the demotions that make its room,
+   within a byte budget per plan (the migrator's bandwidth), then useless
+   residents are cleared out. Only that forced step drops anything from a
+   memory tier: below its high watermark a tier drops nothing, and a
+   promotion into it that would need a drop waits for a later plan.
 
 Pinned objects stay where they are. DURABLE objects are never dropped. Density
 per byte is what protects one kind from another: a burst of KV blocks that are
@@ -738,6 +743,14 @@ class _MoveOrder:
         self.done = np.zeros(len(objs), dtype=bool)
         self.copy_bytes = 0
         self.outgoing: dict[int, deque[int]] = {}
+        #: Memory tiers above their high watermark when the plan was made: the
+        #: only ones a plan drops CACHE residents from, and only in step 1
+        #: (``dropping``), while they are above their plan budget.
+        self.over = {t for t in mem if tiers[t].used_bytes > tiers[t].high_bytes}
+        self.dropping = False
+        #: Moves left out because they would have dropped a resident of a tier
+        #: not above its high watermark (or after step 1).
+        self.held = 0
 
     def copies(self, i: int, dst: int) -> bool:
         if dst == REMOTE:  # a published object has its remote copy already
@@ -777,6 +790,10 @@ class _MoveOrder:
                 if (objs.flags[i] & FLAG_DURABLE) != 0:
                     continue
                 dst = REMOTE if self.remote_ok[i] else DROP
+            if dst == DROP and not (self.dropping and t in self.over):
+                # a tier not above its high watermark drops nothing: the move waits
+                self.held += 1
+                continue
             if self.copies(i, dst):
                 if s > self.budget:
                     queue.appendleft(i)
@@ -790,9 +807,15 @@ class _MoveOrder:
     def run(self, moves: I64, key: F64) -> Plan:
         objs, tiers, mem, target = self.objs, self.tiers, self.mem, self.target
         size, src_all, used, limit = objs.size, self.src_all, self.used, self.limit
-        # Demotions grouped by source tier, least valuable first.
+        # Demotions grouped by source tier, least valuable first; a tier above
+        # its high watermark also sheds the CACHE residents nothing else keeps
+        # (target DROP), interleaved with its demotions in the same order.
+        droppable = (objs.flags[moves] & (FLAG_DURABLE | FLAG_PINNED)) == 0
         for t in mem:
-            leaving = moves[(src_all[moves] == t) & (target[moves] > t)]
+            out_of_t = target[moves] > t
+            if t in self.over:
+                out_of_t |= (target[moves] == DROP) & droppable
+            leaving = moves[(src_all[moves] == t) & out_of_t]
             # least valuable first: objects not chosen anywhere have key 0
             dens = (
                 self.planner.densities(objs.take(leaving), t, tiers)
@@ -801,9 +824,10 @@ class _MoveOrder:
             )
             self.outgoing[t] = deque(int(i) for i in leaving[np.argsort(dens, kind="stable")])
         # 1. forced: tiers above their high watermark come down to their plan budget
-        forced = 0
+        # (drops included, and the moves each pulls out of the tier below)
+        self.dropping = True
         for t in reversed(mem):
-            if tiers[t].used_bytes > tiers[t].high_bytes:
+            if t in self.over:
                 while used[t] > limit[t]:
                     saved = self.budget
                     self.budget = max(saved, 1 << 62)  # forced moves are not budgeted
@@ -811,7 +835,12 @@ class _MoveOrder:
                     self.budget = saved
                     if not ok:
                         break
-                    forced += 1
+        self.dropping = False
+        forced = len(self.out)
+        # what step 1 did not need to drop stays: nothing is dropped below a
+        # tier's plan budget (nor to make room for a promotion)
+        for t in mem:
+            self.outgoing[t] = deque(i for i in self.outgoing[t] if target[i] != DROP)
         # 2. moves into memory tiers by benefit, each making its own room
         incoming = moves[
             np.isin(target[moves], mem)
@@ -840,7 +869,7 @@ class _MoveOrder:
             while self.outgoing[t]:
                 if not self.demote_one(t):
                     break
-        deferred += int(sum(len(q) for q in self.outgoing.values()))
+        deferred += int(sum(len(q) for q in self.outgoing.values())) + self.held
         out = self.out
         moved = np.array([o[0] for o in out], dtype=np.int64)
         return Plan(

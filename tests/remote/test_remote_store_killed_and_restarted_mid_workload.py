@@ -3,7 +3,13 @@ back empty, on each backend. While it is down the daemons keep serving their
 local tiers; remote operations fail fast (bounded by the operation deadline,
 then refused at once by the circuit breaker) with a metric and a log line;
 demotions fall back to dropping CACHE blocks; blocks whose only copy was remote
-are misses, not errors. When the store returns, sharing resumes by itself."""
+are misses, not errors. When the store returns, sharing resumes by itself.
+
+Which blocks a plan keeps while the store is down follows the planner's value
+model, not the order of writes: DRAM comes back under its high watermark, the
+blocks read since they were written stay (the plan values them above blocks
+only written), and every block it dropped is a clean miss (``found=False``,
+never an error or other bytes)."""
 
 from __future__ import annotations
 
@@ -17,6 +23,7 @@ import torch
 from tests.remote.conftest import Peer, remote_config, sample
 from tiermem.client import Client, KvBlock, KvScope, Tier
 from tiermem.server.app import Daemon
+from tiermem.server.model import Tier as ServerTier
 
 MiB = 1 << 20
 SCOPE = KvScope("crash-model", dtype="float32")
@@ -99,14 +106,26 @@ def test_local_tiers_keep_serving_while_the_store_is_down_and_sharing_resumes(
         # blocks whose copy was remote are misses (found=False), not errors
         fetched = ca.kv.get_blocks(SCOPE, [blk.chunk_hash for blk in was_remote[:2]])
         assert [f.found for f in fetched] == [False, False]
-        # writes go on; demotion now drops CACHE blocks instead of uploading them
+        # writes go on; demotion now drops CACHE blocks instead of uploading them:
+        # the plan brings DRAM under its watermark, least valuable blocks first
         during = blocks(100, 12)
         put(ca, during)
         a.maintain()
-        after_tiers = [
-            t for t in ca.kv.lookup_prefix(SCOPE, [b.chunk_hash for b in during[::-1]]).tiers
-        ]
-        assert Tier.REMOTE not in after_tiers and 0 < len(after_tiers) < 12
+        dram = a.store.memory[ServerTier.DRAM]
+        assert dram.used_bytes <= SMALL_NODE["dram"]["high_watermark"] * dram.capacity_bytes
+        # the blocks read since they were written survive it, still in DRAM
+        kept = ca.kv.lookup_prefix(SCOPE, [blk.chunk_hash for blk in local])
+        assert kept.stored_chunks == len(local) and set(kept.tiers) == {Tier.DRAM}
+        got = ca.kv.get_tensors(SCOPE, [blk.chunk_hash for blk in local])
+        assert all(g is not None and g.equal(blk.data) for g, blk in zip(got, local, strict=True))
+        # nothing went to the dead store; a block the plan dropped is a clean miss,
+        # one it kept reads back exact
+        for blk in during:
+            assert Tier.REMOTE not in ca.kv.lookup_prefix(SCOPE, [blk.chunk_hash]).tiers
+        fetched = ca.kv.get_blocks(SCOPE, [blk.chunk_hash for blk in during])
+        for f, blk in zip(fetched, during, strict=True):
+            assert not f.found or f.tensor().equal(blk.data)
+        assert sum(f.found for f in fetched) < len(during)
         assert failures(a) > 0
         text = caplog.text
         assert "remote tier" in text and "local tiers keep serving" in text

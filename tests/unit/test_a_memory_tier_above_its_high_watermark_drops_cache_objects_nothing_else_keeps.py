@@ -1,21 +1,22 @@
-"""A memory tier above its high watermark should come back down even when what
-it must shed are CACHE objects no other tier keeps (no SSD, no remote tier or
-one that is unavailable, or not worth a copy there): dropped, least valuable
-first, as a full tier's admission drops them. It does not yet: a plan leaves
-them where they are (``_MoveOrder.run`` queues only moves whose target sorts
-below the tier, ``target > t``, and DROP is 0), reports neither a forced move
-nor a deferred one, and the tier stays above its watermark until puts make
-room one by one. Those tests are strict xfails until the planner is changed.
+"""A memory tier above its high watermark comes back down even when what it
+must shed are CACHE objects no other tier keeps (no SSD, no remote tier or one
+that is unavailable, or not worth a copy there: their floor is DROP): a plan
+drops them, least valuable first, interleaved with its demotions, until the tier
+is at its low watermark, as forced moves that copy nothing. DURABLE and pinned
+objects are never dropped.
 
-Found 2026-12-02. A fix that let step 1 (forced) drop them was tried and
-reverted: it is right by the planner's value model but changes which blocks
-survive an outage in
-``tests/remote/test_remote_store_killed_and_restarted_mid_workload.py``
-(the plan kept the two older blocks that had been read and dropped all twelve
-freshly written ones, where that test expects the newest to be local).
+Found 2026-12-02: ``_MoveOrder.run`` queued only moves whose target sorts below
+the tier (``target > t``, and DROP is 0), so a plan left such residents where
+they were, reported neither a forced move nor a deferred one, and the tier stayed
+above its watermark until puts made room one by one. The fix changed which
+blocks survive an outage in
+``tests/remote/test_remote_store_killed_and_restarted_mid_workload.py`` (the
+blocks read since they were written stay, fresh ones are dropped), which now
+asserts that rather than the newest blocks being local.
 
-Below the high watermark nothing is dropped, now or after such a fix: a plan
-never throws away a CACHE object that still has room."""
+Below the high watermark nothing is dropped: a plan never throws away a CACHE
+object that still has room (see also
+``test_a_plan_drops_cache_objects_only_from_a_tier_above_its_watermark_and_only_as_needed.py``)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,6 @@ import os
 from collections.abc import Callable
 
 import numpy as np
-import pytest
 
 from tiermem.client import Client, Kind, NotFoundError
 from tiermem.placement import CostModel, Objects, Planner, PlannerConfig, TierState
@@ -41,9 +41,6 @@ from tiermem.server.app import Daemon
 from tiermem.server.model import Tier
 
 MiB = 1 << 20
-NOT_YET = pytest.mark.xfail(
-    strict=True, reason="a plan never drops memory residents whose target is DROP"
-)
 
 
 def dram_only(used: int) -> dict[int, TierState]:
@@ -69,7 +66,6 @@ def blocks(n: int, flags: list[int] | None = None) -> Objects:
     )
 
 
-@NOT_YET
 def test_a_plan_drops_the_least_valuable_cache_blocks_down_to_the_low_watermark() -> None:
     plan = Planner(CostModel(), PlannerConfig()).plan(blocks(7), dram_only(7 * MiB))
     assert set(plan.dst.tolist()) == {DROP} and set(plan.src.tolist()) == {DRAM}
@@ -78,7 +74,6 @@ def test_a_plan_drops_the_least_valuable_cache_blocks_down_to_the_low_watermark(
     assert 7 * MiB - int(plan.size.sum()) <= dram_only(7 * MiB)[DRAM].low_bytes
 
 
-@NOT_YET
 def test_pinned_and_durable_objects_are_never_dropped_to_get_there() -> None:
     flags = [FLAG_PINNED, FLAG_DURABLE | FLAG_PINNED, 0, 0, 0, 0, 0]
     plan = Planner(CostModel(), PlannerConfig()).plan(blocks(7, flags), dram_only(7 * MiB))
@@ -91,7 +86,6 @@ def test_below_the_high_watermark_a_plan_drops_nothing() -> None:
     assert DROP not in plan.dst.tolist()
 
 
-@NOT_YET
 def test_a_daemon_without_ssd_or_remote_tier_brings_dram_back_under_its_watermark(
     make_daemon: Callable[..., Daemon],
 ) -> None:
