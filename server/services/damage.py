@@ -10,7 +10,11 @@ Damage to stored things that are not catalog objects goes here too, under a
 name (``add_named``): a vector collection whose snapshot fails its digests
 (``namespace/VECTOR/collection``, cleared when the collection is dropped or
 snapshotted again) and a scratchpad log file with a damaged frame
-(``<scratch log NAME>``, kept aside in the log folder).
+(``<scratch log NAME>``, kept aside in the log folder). Online fsck registers
+a collection with ``add_named_if_current``, which re-reads its record under
+the register's lock; a drop or rewrite clears the name only after removing or
+switching that record, so a snapshot replaced while fsck checked it is never
+left listed.
 
 Exported as ``tiermem_damaged_objects``; each newly found damage is logged
 once and counted in ``tiermem_checksum_failures_total`` (``where``: "ssd",
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tiermem.server.metrics import Metrics
@@ -57,12 +62,23 @@ class DamageLog:
 
     def add(self, encoded_key: bytes, where: str, reason: str) -> bool:
         """Record damage; True (and logged, counted) if it was not known yet."""
-        return self._add(encoded_key, _name(encoded_key), where, reason)
+        return self._add(encoded_key, _name(encoded_key), where, reason) is True
 
     def add_named(self, name: str, where: str, reason: str) -> bool:
         """Record damage to something that is not a catalog object (``where``:
         "vectors", "scratch_log"); True (logged, counted) if not known yet."""
-        return self._add(_NAMED + name.encode(), name, where, reason)
+        return self._add(_NAMED + name.encode(), name, where, reason) is True
+
+    def add_named_if_current(
+        self, name: str, where: str, reason: str, current: Callable[[], bool]
+    ) -> bool:
+        """``add_named``, only if ``current()`` (called under the register's lock)
+        says the damaged thing is still the one ``name`` stands for; True if so
+        (registered now or already). For checks that verify without a lock (online
+        fsck): whatever replaces the thing must switch it first and then
+        ``discard_named``, so either ``current()`` sees the replacement or the
+        discard comes after this registration and clears it."""
+        return self._add(_NAMED + name.encode(), name, where, reason, current) is not None
 
     def discard_named(self, name: str) -> None:
         """The named thing was dropped or replaced by a good copy."""
@@ -71,17 +87,29 @@ class DamageLog:
     def has_named(self, name: str) -> bool:
         return _NAMED + name.encode() in self
 
-    def _add(self, register_key: bytes, name: str, where: str, reason: str) -> bool:
+    def _add(
+        self,
+        register_key: bytes,
+        name: str,
+        where: str,
+        reason: str,
+        current: Callable[[], bool] | None = None,
+    ) -> bool | None:
+        """True if newly registered (logged, counted), False if known already,
+        None if ``current()`` said no (nothing registered)."""
         with self._lock:
+            if current is not None and not current():
+                return None
             if register_key in self._entries:
                 return False
             if len(self._entries) >= MAX_ENTRIES:
                 self._overflow += 1
             else:
                 self._entries[register_key] = Damage(name, reason, where)
-            count = len(self._entries) + self._overflow
+            # set under the lock: a concurrent discard's (lower) count cannot
+            # land after this one and leave the gauge behind the register
+            self._metrics.damaged_objects.set(len(self._entries) + self._overflow)
         self._metrics.checksum_failures.labels(_METRIC_WHERE.get(where, where)).inc()
-        self._metrics.damaged_objects.set(count)
         log.error("data damaged, not served: %s", reason)
         return True
 
@@ -90,8 +118,7 @@ class DamageLog:
         with self._lock:
             if self._entries.pop(encoded_key, None) is None:
                 return
-            count = len(self._entries) + self._overflow
-        self._metrics.damaged_objects.set(count)
+            self._metrics.damaged_objects.set(len(self._entries) + self._overflow)
 
     def __contains__(self, encoded_key: bytes) -> bool:
         with self._lock:

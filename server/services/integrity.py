@@ -317,8 +317,8 @@ def _check_collections_online(
     check_deadline: Callable[[str], None] | None,
 ) -> None:
     """Verify each collection's snapshot; a failure counts (and is registered)
-    only if the record still names that snapshot (a new one may have replaced
-    and pruned it meanwhile)."""
+    only if the record still names that snapshot when it is registered (a new
+    one may have replaced and pruned it meanwhile, or the collection gone)."""
     root = Path(store.config.data_dir) / VECTORS_DIR
     vectors = VectorStore(store.catalog.rocks, fsync=False)
     for name, rec in _collections(vectors, namespace):
@@ -329,11 +329,18 @@ def _check_collections_online(
         problem = _snapshot_problem(root, rec, read_bytes)
         if problem is None:
             continue
-        now = vectors.record(rec.namespace, rec.name)
-        if now is None or (now.id, now.snapshot_dir) != (rec.id, rec.snapshot_dir):
-            continue
-        store.damage.add_named(name, "vectors", f"collection {name}: {problem}")
-        report.add(Damage(name, problem, "vectors"), listed)
+
+        def current(rec: vector_records_pb2.CollectionRecord = rec) -> bool:
+            now = vectors.record(rec.namespace, rec.name)
+            return now is not None and (now.id, now.snapshot_dir) == (rec.id, rec.snapshot_dir)
+
+        # re-read and register in one step under the register's lock: a rewrite
+        # or drop switches the record first and then clears the name, so it
+        # either is seen here or clears this registration after it
+        if store.damage.add_named_if_current(
+            name, "vectors", f"collection {name}: {problem}", current
+        ):
+            report.add(Damage(name, problem, "vectors"), listed)
 
 
 class IntegrityService:
