@@ -33,7 +33,10 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   (``tiers/remote/journal.py``) right after the local change that needs it,
   as are the old version of an overwrite until the new one is published over
   it and every demotion's upload (the object's record is volatile: a restart
-  purges it); a restarted daemon queues the journal before it serves. A delete
+  purges it); a restarted daemon queues the journal before it serves. Deletes
+  beyond ``MAX_PENDING_DELETES`` stay in the journal only and are queued from
+  it as the queue drains (``_replay``), reads treating a key whose shared name
+  the journal lists as a miss meanwhile (``_journal_only``). A delete
   that fails (the store down, or its deadline passed: the store may still
   carry it out later) fences its key: nothing is uploaded under it and reads
   treat it as a miss until a later delete, started once the failed call
@@ -105,12 +108,12 @@ from tiermem.server.tiers.remote import RemoteTier, RemoteValue
 from tiermem.server.tiers.remote.codec import new_daemon_id, valid_daemon_id
 from tiermem.server.tiers.remote.codec import private as private_value
 from tiermem.server.tiers.remote.engine import LandedValue, ReadValue, release_all
-from tiermem.server.tiers.remote.journal import DeleteJournal, names
+from tiermem.server.tiers.remote.journal import SHARED, DeleteJournal, names
 
 log = logging.getLogger(__name__)
 
-#: Most keys waiting in memory for a remote delete; more stay in the journal (and
-#: are deleted at the next start).
+#: Most keys waiting in memory for a remote delete; more stay in the journal only
+#: (the writer queues them from there as the queue drains: ``_replay``).
 MAX_PENDING_DELETES = 100_000
 #: Most keys whose publish waits for room in the full queue; more are skipped.
 MAX_DEFERRED_PUBLISHES = 65_536
@@ -248,6 +251,13 @@ class RemoteService:
         self.journal = DeleteJournal(store.catalog.rocks)
         #: where the journal's next window starts (``_replay``; None: all queued)
         self._replay_after: bytes | None = None
+        #: the journal may hold names whose delete is neither queued nor fenced
+        #: (beyond ``MAX_PENDING_DELETES``, or not yet replayed since the start):
+        #: reads of a key with no entry consult the journal (``_held_back``)
+        #: until a pass over the journal begun after the last such name ends
+        self._journal_only = False
+        #: such a name was left out during the pass now running: pass again
+        self._rescan = False
         #: names (key, private) whose last remote delete failed. The store may
         #: still carry it out (a call given up at its deadline runs on, and a
         #: slow store runs a command it received late), so nothing is uploaded
@@ -309,7 +319,9 @@ class RemoteService:
         ``MAX_PENDING_DELETES``, the rest as the queue drains), then start the
         writer. Call before serving: reads treat the keys queued as misses
         until their deletes ran."""
-        self._replay_after = b""
+        with self._cond:
+            self._replay_after = b""
+            self._journal_only = True
         queued = self._replay()
         if queued:
             log.info("%d remote deletes left by the previous run are queued", queued)
@@ -505,7 +517,19 @@ class RemoteService:
             name = (key, private)
             self._deleting[name] = self._deleting.get(name, 0) + 1
         self._deletes += min(len(keys), room)
+        if len(keys) > room:
+            self._left_in_journal()
         self._cond.notify()
+
+    def _left_in_journal(self) -> None:
+        """Names to delete were left in the journal only (call with _cond): reads
+        consult the journal, and the writer passes over it again (from its
+        first entry) as the queue drains."""
+        self._journal_only = True
+        if self._replay_after is None:
+            self._replay_after = b""
+        else:
+            self._rescan = True  # the pass running may be past them
 
     def _journal(self, keys: Sequence[bytes], *, private: bool = False) -> None:
         """Journal the shared (or ``private``) names of ``keys`` as remote copies
@@ -519,24 +543,43 @@ class RemoteService:
 
     def deleting(self, key: bytes) -> bool:
         """Whether a remote delete of ``key``'s shared name (the one reads ask
-        for) is queued, running, or failed and not yet confirmed by a later one."""
+        for) is queued, running, failed and not yet confirmed by a later one,
+        or left in the journal to be queued (``_journal_only``)."""
         with self._cond:
-            return (key, False) in self._deleting or (key, False) in self._fenced
+            if (key, False) in self._deleting or (key, False) in self._fenced:
+                return True
+            if not self._journal_only:
+                return False
+        return self._journaled(key)
+
+    def _journaled(self, key: bytes) -> bool:
+        """Whether the journal lists ``key``'s shared name (an unreadable
+        journal: True, a miss rather than a deleted value read back)."""
+        try:
+            return bool(self.journal.marks(key) & SHARED)
+        except TiermemError:
+            return True
 
     def _held_back(self, key: bytes) -> bool:
         """Whether what the store holds under ``key``, an object this daemon has
         no entry for, must not be read: a delete of it is queued or running, or
         a publish of it is pending (the object was evicted before its publish,
-        which then deletes the older version the store holds)."""
+        which then deletes the older version the store holds). While names may
+        be journaled but not queued (``_journal_only``), a key whose shared name
+        the journal lists is held back too (one catalog read)."""
         name = (key, False)  # (a key held here is read by its entry, not by this)
         with self._cond:
-            return (
+            if (
                 name in self._deleting
                 or name in self._fenced
                 or key in self._queued_keys
                 or key in self._deferred
                 or key in self._publishing
-            )
+            ):
+                return True
+            if not self._journal_only:
+                return False
+        return self._journaled(key)
 
     # -- demotions (the mover uploads directly; see ``Mover.remote_writes``) -----------
     def claim(self, key: bytes, *, private: bool = False) -> bool:
@@ -633,18 +676,24 @@ class RemoteService:
                     self._retry_parked()  # (also while publishes keep the queue busy)
                 # (a demotion holds its claim for one upload: its own deadline bounds it)
                 while not self._stop and (not self._ops or self._ops[0].key in self._claimed):
-                    if self._parked and time.monotonic() >= self._retry_at:
+                    now = time.monotonic()
+                    if self._parked and now >= self._retry_at:
                         self._retry_parked()
                         continue
+                    if self._replay_due(now):
+                        break
                     self._busy = False
                     self._cond.notify_all()
-                    self._cond.wait(
-                        max(0.0, self._retry_at - time.monotonic()) if self._parked else None
+                    timed = (self._parked or self._replay_after is not None) and (
+                        self._retry_at > now
                     )
+                    self._cond.wait(self._retry_at - now if timed else None)
                 if self._stop:
                     self._busy = False
                     self._cond.notify_all()
                     return
+                if not self._ops or self._ops[0].key in self._claimed:
+                    continue  # the journal's next window first (``_replay``)
                 batch = self._next_batch()
                 self._writing = {op.key for op in batch}
                 if not batch[0].delete:
@@ -685,33 +734,59 @@ class RemoteService:
                     if retry and not self._stop:
                         self._cond.wait(PUBLISH_RETRY_PAUSE_S)
 
+    def _replay_due(self, now: float) -> bool:
+        """Whether the journal's next window may be queued now (call with _cond;
+        see ``_replay``)."""
+        return (
+            self._replay_after is not None
+            and self._deletes <= MAX_PENDING_DELETES // 2
+            and now >= self._retry_at
+        )
+
     def _replay(self) -> int:
         """Queue the journal's next window of deletes once the queue has room
-        (from ``start``, then from the writer, which alone moves the cursor):
-        each journaled name of a key, its shared one, this daemon's private
-        one, or both. Names journaled meanwhile may be queued again: a delete
-        of a key whose current version has a remote copy under that name is
-        spared (``_delete``). Returns how many were queued."""
-        after = self._replay_after
-        if after is None or self._deletes > MAX_PENDING_DELETES // 2:
-            return 0
-        window = (MAX_PENDING_DELETES - self._deletes) // 2  # keys of up to two names
+        (from ``start``, then from the writer as the queue drains, and not
+        before ``_retry_at`` while deletes fail): each journaled name of a
+        key, its shared one, this daemon's private one, or both, unless it is
+        queued or parked already. A pass runs from the first entry to the
+        last; names left in the journal only meanwhile (``_left_in_journal``)
+        make the writer pass again, and reads consult the journal until a
+        pass ends without any (``_journal_only``). Names journaled meanwhile
+        may be queued again: a delete of a key whose current version has a
+        remote copy under that name is spared (``_delete``). Returns how
+        many were queued."""
+        with self._cond:
+            after = self._replay_after
+            if after is None or not self._replay_due(time.monotonic()):
+                return 0
+            window = max(1, (MAX_PENDING_DELETES - self._deletes) // 2)  # keys of two names
+        read = True
         try:
             entries = self.journal.entries(window, after=after)
         except TiermemError as exc:
             log.error("the journal of remote deletes could not be read: %s", exc)
-            entries = []
-        self._replay_after = entries[-1][0] if len(entries) >= window else None
+            entries, read = [], False
         queued = 0
         with self._cond:
             for private in (False, True):
                 todo = [
                     key
                     for key, marks in entries
-                    if private in names(marks) and (key, private) not in self._deleting
+                    if private in names(marks)
+                    and (key, private) not in self._deleting
+                    and (key, private) not in self._parked
                 ]
                 self._queue_deletes(todo, private=private, journal=False)
                 queued += len(todo)
+            if len(entries) >= window:
+                self._replay_after = entries[-1][0]
+            elif self._rescan:
+                self._rescan = False
+                self._replay_after = b""
+            else:
+                self._replay_after = None
+                if read:  # (else reads keep consulting the journal)
+                    self._journal_only = False
         return queued
 
     def _settled(self, done: list[_Name], *, deleted: bool = True) -> None:
