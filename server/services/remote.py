@@ -40,7 +40,12 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   that fails (the store down, or its deadline passed: the store may still
   carry it out later) fences its key: nothing is uploaded under it and reads
   treat it as a miss until a later delete, started once the failed call
-  ended, is confirmed (tried every ``DELETE_RETRY_PAUSE_S``);
+  ended, is confirmed (tried again after ``DELETE_RETRY_PAUSE_S``, doubled
+  after each further failure up to ``DELETE_RETRY_MAX_PAUSE_S``, and sooner
+  once the store confirms a delete or takes a publish). Beyond
+  ``MAX_FENCED_NAMES`` fenced names, a failed name stays in the journal only:
+  reads consult it, a demotion under a name it lists is not done meanwhile, and passes over
+  the journal try it again;
 * **lookup** — a chain's chunks missing locally (and those served from the
   remote tier, which the store may have evicted) are checked with batched
   existence calls (``extend_prefix``);
@@ -108,7 +113,7 @@ from tiermem.server.tiers.remote import RemoteTier, RemoteValue
 from tiermem.server.tiers.remote.codec import new_daemon_id, valid_daemon_id
 from tiermem.server.tiers.remote.codec import private as private_value
 from tiermem.server.tiers.remote.engine import LandedValue, ReadValue, release_all
-from tiermem.server.tiers.remote.journal import SHARED, DeleteJournal, names
+from tiermem.server.tiers.remote.journal import DeleteJournal, bit, names
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +126,16 @@ MAX_DEFERRED_PUBLISHES = 65_536
 PUBLISH_ATTEMPTS = 3
 #: Pause of the writer after a failed upload before it tries again (seconds).
 PUBLISH_RETRY_PAUSE_S = 0.25
-#: Pause after a failed remote delete before it is tried again (seconds).
+#: Pause after a failed remote delete before it is tried again (seconds); doubled
+#: after each further failure, up to ``DELETE_RETRY_MAX_PAUSE_S``, and back to it
+#: once the store confirms a delete or takes a publish.
 DELETE_RETRY_PAUSE_S = 0.5
+#: Longest pause between tries of failed remote deletes (seconds).
+DELETE_RETRY_MAX_PAUSE_S = 8.0
+#: Most names fenced in memory after failed deletes (``_fenced``, ``_parked``);
+#: more stay in the journal only: reads consult it, and passes over it try them
+#: again.
+MAX_FENCED_NAMES = 65_536
 #: Key (column family "meta") of this daemon's id, which scopes its private names.
 DAEMON_ID_KEY = b"remote.daemon_id"
 
@@ -270,6 +283,9 @@ class RemoteService:
         #: fenced names whose delete is tried again at ``_retry_at`` (monotonic s)
         self._parked: dict[_Name, None] = {}
         self._retry_at = 0.0
+        #: failed delete calls since the store last confirmed one or took a
+        #: publish: the pause before the next try doubles with each
+        self._failures = 0
         #: publishes of keys whose shared name is fenced (key -> size), queued
         #: when the fence is lifted
         self._after_fence: dict[bytes, int] = {}
@@ -555,8 +571,13 @@ class RemoteService:
     def _journaled(self, key: bytes) -> bool:
         """Whether the journal lists ``key``'s shared name (an unreadable
         journal: True, a miss rather than a deleted value read back)."""
+        return self._listed(key, False)
+
+    def _listed(self, key: bytes, private: bool) -> bool:
+        """Whether the journal lists ``key``'s shared (or ``private``) name; an
+        unreadable journal: True."""
         try:
-            return bool(self.journal.marks(key) & SHARED)
+            return bool(self.journal.marks(key) & bit(private))
         except TiermemError:
             return True
 
@@ -609,6 +630,8 @@ class RemoteService:
                 self._cond.wait(left)
             if (key, private) in self._fenced:
                 return False
+            if self._journal_only and self._listed(key, private):
+                return False  # maybe a failed delete's name past MAX_FENCED_NAMES
             try:
                 self.journal.add([key], private=private)
             except TiermemError as exc:
@@ -820,10 +843,25 @@ class RemoteService:
         again = [name for name in self._parked if name not in self._deleting][:room]
         for name in again:
             del self._parked[name]
-        self._retry_at = time.monotonic() + DELETE_RETRY_PAUSE_S
+        self._retry_at = time.monotonic() + self._pause()
         for private in (False, True):
             keys = [key for key, p in again if p == private]
             self._queue_deletes(keys, private=private, journal=False)
+
+    def _pause(self) -> float:
+        """The pause before failed deletes are tried again (call with _cond):
+        ``DELETE_RETRY_PAUSE_S`` doubled for each failure after the first, at
+        most ``DELETE_RETRY_MAX_PAUSE_S``."""
+        doubled = DELETE_RETRY_PAUSE_S * 2.0 ** min(max(0, self._failures - 1), 30)
+        return min(doubled, max(DELETE_RETRY_MAX_PAUSE_S, DELETE_RETRY_PAUSE_S))
+
+    def _answered(self) -> None:
+        """The store confirmed a delete or took a publish (call with _cond): the
+        failed deletes are tried again within ``DELETE_RETRY_PAUSE_S``."""
+        self._failures = 0
+        if self._retry_at > time.monotonic() + DELETE_RETRY_PAUSE_S:
+            self._retry_at = time.monotonic() + DELETE_RETRY_PAUSE_S
+            self._cond.notify_all()
 
     def _lift(self, name: _Name) -> None:
         """End a name's fence (call with _cond): a publish the shared name's
@@ -844,7 +882,9 @@ class RemoteService:
         start only turns into a miss. After a failure the names stay journaled
         and are fenced (``_fenced``: per name, so a failed delete of a private
         copy holds back no publish) and tried again after
-        ``DELETE_RETRY_PAUSE_S``: a confirmed delete lifts a name's fence if
+        ``_pause()`` (an exponential backoff; past ``MAX_FENCED_NAMES`` fenced
+        names, a name stays journaled only, see ``_left_in_journal``): a
+        confirmed delete lifts a name's fence if
         every failed call on it had ended when it started (a store serves a
         node's commands in arrival order, so a late one has landed by then);
         otherwise it is tried again."""
@@ -875,14 +915,22 @@ class RemoteService:
             self.remote.delete([op.key for op in doomed], [op.private for op in doomed], ended.set)
         except Unavailable:  # counted and logged by the engine
             with self._cond:
+                spilled = False
                 for name in gone:
+                    if name not in self._fenced and len(self._fenced) >= MAX_FENCED_NAMES:
+                        spilled = True  # journaled: reads consult it, a pass retries it
+                        continue
                     running = [e for e in self._fenced.get(name, ()) if not e.is_set()]
                     self._fenced[name] = [*running, ended]
                     self._parked[name] = None
-                self._retry_at = time.monotonic() + DELETE_RETRY_PAUSE_S
+                if spilled:
+                    self._left_in_journal()
+                self._failures += 1
+                self._retry_at = time.monotonic() + self._pause()
             return
         self._settled(gone)
         with self._cond:
+            self._answered()
             for name in gone:
                 if name not in self._fenced:
                     continue
@@ -890,6 +938,7 @@ class RemoteService:
                     self._lift(name)
                 else:  # an earlier call was still running: it may land after this one
                     self._parked[name] = None
+                    self._retry_at = max(self._retry_at, time.monotonic() + DELETE_RETRY_PAUSE_S)
 
     def _publish(self, ops: list[_Op]) -> list[_Op]:
         """Upload a batch; returns the ops to try again (the upload failed, tries left)."""
@@ -956,6 +1005,9 @@ class RemoteService:
         retry: list[_Op] = []
         try:
             stored = self.remote.put([(meta, packed) for _, _, meta, packed in items])
+            if any(stored):
+                with self._cond:
+                    self._answered()
         except Unavailable:  # counted and logged by the engine
             stored = [False] * len(items)
             for key, _, _, _ in items:
