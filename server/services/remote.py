@@ -44,8 +44,8 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   after each further failure up to ``DELETE_RETRY_MAX_PAUSE_S``, and sooner
   once the store confirms a delete or takes a publish). Beyond
   ``MAX_FENCED_NAMES`` fenced names, a failed name stays in the journal only:
-  reads consult it, a demotion under a name it lists is not done meanwhile, and passes over
-  the journal try it again;
+  reads consult it, a demotion under a name it lists is not done meanwhile,
+  and passes over the journal try it again;
 * **lookup** — a chain's chunks missing locally (and those served from the
   remote tier, which the store may have evicted) are checked with batched
   existence calls (``extend_prefix``);
