@@ -33,11 +33,19 @@ The engine (``tiers/remote``) moves bytes; this service decides what moves:
   (``tiers/remote/journal.py``) right after the local change that needs it,
   as are the old version of an overwrite until the new one is published over
   it and every demotion's upload (the object's record is volatile: a restart
-  purges it); a restarted daemon queues the journal before it serves. A delete
+  purges it); a restarted daemon queues the journal before it serves. Deletes
+  beyond ``MAX_PENDING_DELETES`` stay in the journal only and are queued from
+  it as the queue drains (``_replay``), reads treating a key whose shared name
+  the journal lists as a miss meanwhile (``_journal_only``). A delete
   that fails (the store down, or its deadline passed: the store may still
   carry it out later) fences its key: nothing is uploaded under it and reads
   treat it as a miss until a later delete, started once the failed call
-  ended, is confirmed (tried every ``DELETE_RETRY_PAUSE_S``);
+  ended, is confirmed (tried again after ``DELETE_RETRY_PAUSE_S``, doubled
+  after each further failure up to ``DELETE_RETRY_MAX_PAUSE_S``, and sooner
+  once the store confirms a delete or takes a publish). Beyond
+  ``MAX_FENCED_NAMES`` fenced names, a failed name stays in the journal only:
+  reads consult it, a demotion under a name it lists is not done meanwhile,
+  and passes over the journal try it again;
 * **lookup** — a chain's chunks missing locally (and those served from the
   remote tier, which the store may have evicted) are checked with batched
   existence calls (``extend_prefix``);
@@ -105,12 +113,12 @@ from tiermem.server.tiers.remote import RemoteTier, RemoteValue
 from tiermem.server.tiers.remote.codec import new_daemon_id, valid_daemon_id
 from tiermem.server.tiers.remote.codec import private as private_value
 from tiermem.server.tiers.remote.engine import LandedValue, ReadValue, release_all
-from tiermem.server.tiers.remote.journal import DeleteJournal, names
+from tiermem.server.tiers.remote.journal import DeleteJournal, bit, names
 
 log = logging.getLogger(__name__)
 
-#: Most keys waiting in memory for a remote delete; more stay in the journal (and
-#: are deleted at the next start).
+#: Most keys waiting in memory for a remote delete; more stay in the journal only
+#: (the writer queues them from there as the queue drains: ``_replay``).
 MAX_PENDING_DELETES = 100_000
 #: Most keys whose publish waits for room in the full queue; more are skipped.
 MAX_DEFERRED_PUBLISHES = 65_536
@@ -118,8 +126,16 @@ MAX_DEFERRED_PUBLISHES = 65_536
 PUBLISH_ATTEMPTS = 3
 #: Pause of the writer after a failed upload before it tries again (seconds).
 PUBLISH_RETRY_PAUSE_S = 0.25
-#: Pause after a failed remote delete before it is tried again (seconds).
+#: Pause after a failed remote delete before it is tried again (seconds); doubled
+#: after each further failure, up to ``DELETE_RETRY_MAX_PAUSE_S``, and back to it
+#: once the store confirms a delete or takes a publish.
 DELETE_RETRY_PAUSE_S = 0.5
+#: Longest pause between tries of failed remote deletes (seconds).
+DELETE_RETRY_MAX_PAUSE_S = 8.0
+#: Most names fenced in memory after failed deletes (``_fenced``, ``_parked``);
+#: more stay in the journal only: reads consult it, and passes over it try them
+#: again.
+MAX_FENCED_NAMES = 65_536
 #: Key (column family "meta") of this daemon's id, which scopes its private names.
 DAEMON_ID_KEY = b"remote.daemon_id"
 
@@ -248,6 +264,13 @@ class RemoteService:
         self.journal = DeleteJournal(store.catalog.rocks)
         #: where the journal's next window starts (``_replay``; None: all queued)
         self._replay_after: bytes | None = None
+        #: the journal may hold names whose delete is neither queued nor fenced
+        #: (beyond ``MAX_PENDING_DELETES``, or not yet replayed since the start):
+        #: reads of a key with no entry consult the journal (``_held_back``)
+        #: until a pass over the journal begun after the last such name ends
+        self._journal_only = False
+        #: such a name was left out during the pass now running: pass again
+        self._rescan = False
         #: names (key, private) whose last remote delete failed. The store may
         #: still carry it out (a call given up at its deadline runs on, and a
         #: slow store runs a command it received late), so nothing is uploaded
@@ -260,6 +283,9 @@ class RemoteService:
         #: fenced names whose delete is tried again at ``_retry_at`` (monotonic s)
         self._parked: dict[_Name, None] = {}
         self._retry_at = 0.0
+        #: failed delete calls since the store last confirmed one or took a
+        #: publish: the pause before the next try doubles with each
+        self._failures = 0
         #: publishes of keys whose shared name is fenced (key -> size), queued
         #: when the fence is lifted
         self._after_fence: dict[bytes, int] = {}
@@ -309,7 +335,9 @@ class RemoteService:
         ``MAX_PENDING_DELETES``, the rest as the queue drains), then start the
         writer. Call before serving: reads treat the keys queued as misses
         until their deletes ran."""
-        self._replay_after = b""
+        with self._cond:
+            self._replay_after = b""
+            self._journal_only = True
         queued = self._replay()
         if queued:
             log.info("%d remote deletes left by the previous run are queued", queued)
@@ -505,7 +533,19 @@ class RemoteService:
             name = (key, private)
             self._deleting[name] = self._deleting.get(name, 0) + 1
         self._deletes += min(len(keys), room)
+        if len(keys) > room:
+            self._left_in_journal()
         self._cond.notify()
+
+    def _left_in_journal(self) -> None:
+        """Names to delete were left in the journal only (call with _cond): reads
+        consult the journal, and the writer passes over it again (from its
+        first entry) as the queue drains."""
+        self._journal_only = True
+        if self._replay_after is None:
+            self._replay_after = b""
+        else:
+            self._rescan = True  # the pass running may be past them
 
     def _journal(self, keys: Sequence[bytes], *, private: bool = False) -> None:
         """Journal the shared (or ``private``) names of ``keys`` as remote copies
@@ -519,24 +559,48 @@ class RemoteService:
 
     def deleting(self, key: bytes) -> bool:
         """Whether a remote delete of ``key``'s shared name (the one reads ask
-        for) is queued, running, or failed and not yet confirmed by a later one."""
+        for) is queued, running, failed and not yet confirmed by a later one,
+        or left in the journal to be queued (``_journal_only``)."""
         with self._cond:
-            return (key, False) in self._deleting or (key, False) in self._fenced
+            if (key, False) in self._deleting or (key, False) in self._fenced:
+                return True
+            if not self._journal_only:
+                return False
+        return self._journaled(key)
+
+    def _journaled(self, key: bytes) -> bool:
+        """Whether the journal lists ``key``'s shared name (an unreadable
+        journal: True, a miss rather than a deleted value read back)."""
+        return self._listed(key, False)
+
+    def _listed(self, key: bytes, private: bool) -> bool:
+        """Whether the journal lists ``key``'s shared (or ``private``) name; an
+        unreadable journal: True."""
+        try:
+            return bool(self.journal.marks(key) & bit(private))
+        except TiermemError:
+            return True
 
     def _held_back(self, key: bytes) -> bool:
         """Whether what the store holds under ``key``, an object this daemon has
         no entry for, must not be read: a delete of it is queued or running, or
         a publish of it is pending (the object was evicted before its publish,
-        which then deletes the older version the store holds)."""
+        which then deletes the older version the store holds). While names may
+        be journaled but not queued (``_journal_only``), a key whose shared name
+        the journal lists is held back too (one catalog read)."""
         name = (key, False)  # (a key held here is read by its entry, not by this)
         with self._cond:
-            return (
+            if (
                 name in self._deleting
                 or name in self._fenced
                 or key in self._queued_keys
                 or key in self._deferred
                 or key in self._publishing
-            )
+            ):
+                return True
+            if not self._journal_only:
+                return False
+        return self._journaled(key)
 
     # -- demotions (the mover uploads directly; see ``Mover.remote_writes``) -----------
     def claim(self, key: bytes, *, private: bool = False) -> bool:
@@ -566,6 +630,8 @@ class RemoteService:
                 self._cond.wait(left)
             if (key, private) in self._fenced:
                 return False
+            if self._journal_only and self._listed(key, private):
+                return False  # maybe a failed delete's name past MAX_FENCED_NAMES
             try:
                 self.journal.add([key], private=private)
             except TiermemError as exc:
@@ -633,18 +699,24 @@ class RemoteService:
                     self._retry_parked()  # (also while publishes keep the queue busy)
                 # (a demotion holds its claim for one upload: its own deadline bounds it)
                 while not self._stop and (not self._ops or self._ops[0].key in self._claimed):
-                    if self._parked and time.monotonic() >= self._retry_at:
+                    now = time.monotonic()
+                    if self._parked and now >= self._retry_at:
                         self._retry_parked()
                         continue
+                    if self._replay_due(now):
+                        break
                     self._busy = False
                     self._cond.notify_all()
-                    self._cond.wait(
-                        max(0.0, self._retry_at - time.monotonic()) if self._parked else None
+                    timed = (self._parked or self._replay_after is not None) and (
+                        self._retry_at > now
                     )
+                    self._cond.wait(self._retry_at - now if timed else None)
                 if self._stop:
                     self._busy = False
                     self._cond.notify_all()
                     return
+                if not self._ops or self._ops[0].key in self._claimed:
+                    continue  # the journal's next window first (``_replay``)
                 batch = self._next_batch()
                 self._writing = {op.key for op in batch}
                 if not batch[0].delete:
@@ -685,33 +757,59 @@ class RemoteService:
                     if retry and not self._stop:
                         self._cond.wait(PUBLISH_RETRY_PAUSE_S)
 
+    def _replay_due(self, now: float) -> bool:
+        """Whether the journal's next window may be queued now (call with _cond;
+        see ``_replay``)."""
+        return (
+            self._replay_after is not None
+            and self._deletes <= MAX_PENDING_DELETES // 2
+            and now >= self._retry_at
+        )
+
     def _replay(self) -> int:
         """Queue the journal's next window of deletes once the queue has room
-        (from ``start``, then from the writer, which alone moves the cursor):
-        each journaled name of a key, its shared one, this daemon's private
-        one, or both. Names journaled meanwhile may be queued again: a delete
-        of a key whose current version has a remote copy under that name is
-        spared (``_delete``). Returns how many were queued."""
-        after = self._replay_after
-        if after is None or self._deletes > MAX_PENDING_DELETES // 2:
-            return 0
-        window = (MAX_PENDING_DELETES - self._deletes) // 2  # keys of up to two names
+        (from ``start``, then from the writer as the queue drains, and not
+        before ``_retry_at`` while deletes fail): each journaled name of a
+        key, its shared one, this daemon's private one, or both, unless it is
+        queued or parked already. A pass runs from the first entry to the
+        last; names left in the journal only meanwhile (``_left_in_journal``)
+        make the writer pass again, and reads consult the journal until a
+        pass ends without any (``_journal_only``). Names journaled meanwhile
+        may be queued again: a delete of a key whose current version has a
+        remote copy under that name is spared (``_delete``). Returns how
+        many were queued."""
+        with self._cond:
+            after = self._replay_after
+            if after is None or not self._replay_due(time.monotonic()):
+                return 0
+            window = max(1, (MAX_PENDING_DELETES - self._deletes) // 2)  # keys of two names
+        read = True
         try:
             entries = self.journal.entries(window, after=after)
         except TiermemError as exc:
             log.error("the journal of remote deletes could not be read: %s", exc)
-            entries = []
-        self._replay_after = entries[-1][0] if len(entries) >= window else None
+            entries, read = [], False
         queued = 0
         with self._cond:
             for private in (False, True):
                 todo = [
                     key
                     for key, marks in entries
-                    if private in names(marks) and (key, private) not in self._deleting
+                    if private in names(marks)
+                    and (key, private) not in self._deleting
+                    and (key, private) not in self._parked
                 ]
                 self._queue_deletes(todo, private=private, journal=False)
                 queued += len(todo)
+            if len(entries) >= window:
+                self._replay_after = entries[-1][0]
+            elif self._rescan:
+                self._rescan = False
+                self._replay_after = b""
+            else:
+                self._replay_after = None
+                if read:  # (else reads keep consulting the journal)
+                    self._journal_only = False
         return queued
 
     def _settled(self, done: list[_Name], *, deleted: bool = True) -> None:
@@ -745,10 +843,25 @@ class RemoteService:
         again = [name for name in self._parked if name not in self._deleting][:room]
         for name in again:
             del self._parked[name]
-        self._retry_at = time.monotonic() + DELETE_RETRY_PAUSE_S
+        self._retry_at = time.monotonic() + self._pause()
         for private in (False, True):
             keys = [key for key, p in again if p == private]
             self._queue_deletes(keys, private=private, journal=False)
+
+    def _pause(self) -> float:
+        """The pause before failed deletes are tried again (call with _cond):
+        ``DELETE_RETRY_PAUSE_S`` doubled for each failure after the first, at
+        most ``DELETE_RETRY_MAX_PAUSE_S``."""
+        doubled = DELETE_RETRY_PAUSE_S * 2.0 ** min(max(0, self._failures - 1), 30)
+        return min(doubled, max(DELETE_RETRY_MAX_PAUSE_S, DELETE_RETRY_PAUSE_S))
+
+    def _answered(self) -> None:
+        """The store confirmed a delete or took a publish (call with _cond): the
+        failed deletes are tried again within ``DELETE_RETRY_PAUSE_S``."""
+        self._failures = 0
+        if self._retry_at > time.monotonic() + DELETE_RETRY_PAUSE_S:
+            self._retry_at = time.monotonic() + DELETE_RETRY_PAUSE_S
+            self._cond.notify_all()
 
     def _lift(self, name: _Name) -> None:
         """End a name's fence (call with _cond): a publish the shared name's
@@ -769,7 +882,9 @@ class RemoteService:
         start only turns into a miss. After a failure the names stay journaled
         and are fenced (``_fenced``: per name, so a failed delete of a private
         copy holds back no publish) and tried again after
-        ``DELETE_RETRY_PAUSE_S``: a confirmed delete lifts a name's fence if
+        ``_pause()`` (an exponential backoff; past ``MAX_FENCED_NAMES`` fenced
+        names, a name stays journaled only, see ``_left_in_journal``): a
+        confirmed delete lifts a name's fence if
         every failed call on it had ended when it started (a store serves a
         node's commands in arrival order, so a late one has landed by then);
         otherwise it is tried again."""
@@ -800,14 +915,22 @@ class RemoteService:
             self.remote.delete([op.key for op in doomed], [op.private for op in doomed], ended.set)
         except Unavailable:  # counted and logged by the engine
             with self._cond:
+                spilled = False
                 for name in gone:
+                    if name not in self._fenced and len(self._fenced) >= MAX_FENCED_NAMES:
+                        spilled = True  # journaled: reads consult it, a pass retries it
+                        continue
                     running = [e for e in self._fenced.get(name, ()) if not e.is_set()]
                     self._fenced[name] = [*running, ended]
                     self._parked[name] = None
-                self._retry_at = time.monotonic() + DELETE_RETRY_PAUSE_S
+                if spilled:
+                    self._left_in_journal()
+                self._failures += 1
+                self._retry_at = time.monotonic() + self._pause()
             return
         self._settled(gone)
         with self._cond:
+            self._answered()
             for name in gone:
                 if name not in self._fenced:
                     continue
@@ -815,6 +938,7 @@ class RemoteService:
                     self._lift(name)
                 else:  # an earlier call was still running: it may land after this one
                     self._parked[name] = None
+                    self._retry_at = max(self._retry_at, time.monotonic() + DELETE_RETRY_PAUSE_S)
 
     def _publish(self, ops: list[_Op]) -> list[_Op]:
         """Upload a batch; returns the ops to try again (the upload failed, tries left)."""
@@ -881,6 +1005,9 @@ class RemoteService:
         retry: list[_Op] = []
         try:
             stored = self.remote.put([(meta, packed) for _, _, meta, packed in items])
+            if any(stored):
+                with self._cond:
+                    self._answered()
         except Unavailable:  # counted and logged by the engine
             stored = [False] * len(items)
             for key, _, _, _ in items:

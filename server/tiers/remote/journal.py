@@ -22,9 +22,11 @@ daemon's id, kept in the catalog: the same after a restart) when the delete
 runs. Adding a name a key already has changes nothing; removing one keeps the
 others.
 
-Writes are unsynced: they go to the WAL after the catalog write that made them
-necessary and before the WAL sync of any durable change made after it, so they
-survive a process crash, and power loss whenever that change's own sync does.
+A write reads the marks of all its keys in one multi-get and changes them in
+one batch. Writes are unsynced: they go to the WAL after the catalog write that
+made them necessary and before the WAL sync of any durable change made after
+it, so they survive a process crash, and power loss whenever that change's own
+sync does.
 A removal lost to power loss only repeats a delete at the next start.
 """
 
@@ -99,12 +101,30 @@ class DeleteJournal:
         """The names journaled for ``key`` (0: none)."""
         return _marks(self._rocks.get(COLUMN_FAMILY, key))
 
+    def marks_many(self, keys: list[bytes]) -> list[int]:
+        """``marks`` of each of ``keys``, read in one multi-get (a write of tens
+        of thousands of keys runs under the store lock). Raises what
+        ``RocksStore.get`` raises (Corrupted)."""
+        if not keys:
+            return []
+        wanted: list[str | int | float | bytes | bool] = list(keys)
+        try:
+            values = self._rocks.cf(COLUMN_FAMILY).get(wanted)
+        except Exception:
+            values = None
+        if not isinstance(values, list) or len(values) != len(keys):
+            # read key by key: raises what a read of the damaged one raises
+            return [self.marks(key) for key in keys]
+        return [_marks(None if v is None else bytes(v)) for v in values]
+
     def _write(self, keys: Iterable[bytes], mark: int, *, remove: bool) -> None:
+        unique = list(dict.fromkeys(keys))
+        if not unique:
+            return
         with self._lock:
             batch = self._rocks.batch()
             changed = False
-            for key in dict.fromkeys(keys):
-                old = self.marks(key)
+            for key, old in zip(unique, self.marks_many(unique), strict=True):
                 new = old & ~mark if remove else old | mark
                 if new == old:
                     continue
