@@ -123,6 +123,7 @@ class Migrator:
             self._trimmed_at = now
         done = 0
         unknown_drops: set[int] = set()
+        ssd_enabled = self.store.tier_config(Tier.SSD)[0]
         for row, src, dst, size in zip(
             plan.rows.tolist(), plan.src.tolist(), plan.dst.tolist(), plan.size.tolist(),
             strict=True,
@@ -141,7 +142,11 @@ class Migrator:
                     metrics.placement_moves.labels(action, "skipped").inc()
                 continue
             if dst == DROP:
-                ok = mover.evict(key, Tier(src), recompute=True, only_from=True) > 0
+                # from SSD, or from memory with an SSD to go to, dropping was the
+                # planner's choice; from memory without one it is an eviction for
+                # lack of room (counted as the put path counts it)
+                recompute = src == int(Tier.SSD) or ssd_enabled
+                ok = mover.evict(key, Tier(src), recompute=recompute, only_from=True) > 0
             else:
                 copies = not (dst in (Tier.SSD, Tier.REMOTE) and self._copied(key, Tier(dst)))
                 ok = mover.move(key, Tier(dst))

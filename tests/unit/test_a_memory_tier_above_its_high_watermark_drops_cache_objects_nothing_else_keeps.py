@@ -111,3 +111,14 @@ def test_a_daemon_without_ssd_or_remote_tier_brings_dram_back_under_its_watermar
             except NotFoundError:
                 pass
         assert kept and len(kept) < 7
+    # without an SSD to go to these were evictions for lack of room, counted as
+    # the put path counts them, not as the planner's choice to recompute
+    registry = daemon.store.metrics.registry
+    dropped = 7 - len(kept)
+    evicted = registry.get_sample_value(
+        "tiermem_evictions_total", {"tier": "DRAM", "kind": "KV_BLOCK"}
+    )
+    assert evicted == dropped
+    assert not registry.get_sample_value(
+        "tiermem_drops_to_recompute_total", {"tier": "DRAM", "kind": "KV_BLOCK"}
+    )
