@@ -10,7 +10,8 @@ Damage to stored things that are not catalog objects goes here too, under a
 name (``add_named``): a vector collection whose snapshot fails its digests
 (``namespace/VECTOR/collection``, cleared when the collection is dropped or
 snapshotted again) and a scratchpad log file with a damaged frame
-(``<scratch log NAME>``, kept aside in the log folder). Online fsck registers
+(``<scratch log NAME>``, kept aside in the log folder; cleared by a
+whole-daemon online fsck once an operator deleted the file). Online fsck registers
 a collection with ``add_named_if_current``, which re-reads its record under
 the register's lock; a drop or rewrite clears the name only after removing or
 switching that record, so a snapshot replaced while fsck checked it is never

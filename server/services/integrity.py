@@ -26,7 +26,8 @@ has nothing on disk to check.
 
 Scratchpad log files that recovery kept aside (a damaged frame, renamed
 ``*.damaged`` in the log folder) are listed as damage ("scratch_log") until
-they are deleted: acknowledged records in them may be lost.
+they are deleted: acknowledged records in them may be lost. A whole-daemon
+online check also clears the register's entry of one deleted since.
 """
 
 from __future__ import annotations
@@ -301,9 +302,7 @@ def check_online(
             report.add(Damage(_name(encoded), problem[1], problem[0]), listed)
     _add_gaps(report, gaps, listed)
     _check_collections_online(store, namespace, read_bytes, report, listed, check_deadline)
-    for name, _kept in _kept_logs(Path(store.config.data_dir), namespace):
-        store.damage.add_named(name, "scratch_log", f"scratchpad log {name}: {KEPT_LOG}")
-        report.add(Damage(name, KEPT_LOG, "scratch_log"), listed)
+    _check_kept_logs(store, namespace, report, listed)
     report.seconds = time.perf_counter() - started
     return report
 
@@ -341,6 +340,26 @@ def _check_collections_online(
             name, "vectors", f"collection {name}: {problem}", current
         ):
             report.add(Damage(name, problem, "vectors"), listed)
+
+
+def _check_kept_logs(store: Store, namespace: str, report: CheckReport, listed: int) -> None:
+    """List (and register) the kept-aside scratchpad logs; in a whole-daemon
+    check, also clear the registered ones an operator has deleted since (the
+    daemon never deletes them, so nothing else would until a restart)."""
+    if namespace:
+        return  # kept logs belong to no namespace: a scoped check looks at none
+    present: set[str] = set()
+    for name, kept in _kept_logs(Path(store.config.data_dir), namespace):
+        # registered only if still there, checked under the register's lock: a
+        # check that found it deleted meanwhile may have cleared it already
+        if store.damage.add_named_if_current(
+            name, "scratch_log", f"scratchpad log {name}: {KEPT_LOG}", kept.exists
+        ):
+            present.add(name)
+            report.add(Damage(name, KEPT_LOG, "scratch_log"), listed)
+    for known in store.damage.entries():
+        if known.where == "scratch_log" and known.key not in present:
+            store.damage.discard_named(known.key)
 
 
 class IntegrityService:
