@@ -15,7 +15,9 @@ whole-daemon online fsck once an operator deleted the file). Online fsck registe
 a collection with ``add_named_if_current``, which re-reads its record under
 the register's lock; a drop or rewrite clears the name only after removing or
 switching that record, so a snapshot replaced while fsck checked it is never
-left listed.
+left listed. A drop clears it under the vector registry's lock, in the same
+step as removing the record, so it never clears the damage of a new
+collection of the same name (created only after that step).
 
 Exported as ``tiermem_damaged_objects``; each newly found damage is logged
 once and counted in ``tiermem_checksum_failures_total`` (``where``: "ssd",

@@ -27,6 +27,9 @@ Locking: ``_lock`` guards the registry (name -> Collection). Each collection
 has an RW lock (searches shared; writes, loads and index swaps exclusive) and a
 maintenance mutex that serialises snapshot / rebuild / unload for it. Order:
 maintenance mutex before RW lock; nothing holding an RW lock takes the other.
+``_lock`` is taken before the damage register's lock (a drop clears the
+collection's damage under it); nothing run under the register's lock takes
+ours (fsck's record re-read reads RocksDB).
 """
 
 from __future__ import annotations
@@ -368,7 +371,14 @@ class VectorService:
     def _drop(self, col: Collection) -> bool:
         """Drop ``col`` durably; False if another drop did first. It leaves the
         registry only once its record and log are gone: a drop that raised
-        changed nothing, and the next drop (or ``drop_session``) finds it again."""
+        changed nothing, and the next drop (or ``drop_session``) finds it again.
+
+        Its damage is cleared by name in the same step, under ``_lock``: a new
+        collection of the same name can be created only after that, so the
+        clearing never hits the new one's damage (nor is the new one listed
+        for this one's). Nothing registers this one's damage after it: online
+        fsck re-reads the record under the register's lock, and a load holds
+        the collection's RW lock and finds it dropped."""
         spec = col.spec
         with col.lock.write():
             with self._lock:
@@ -376,10 +386,10 @@ class VectorService:
                     return False
                 self.log.drop(col.record)
                 del self._collections[spec.namespace, spec.name]
+                self.store.damage.discard_named(damage_name(spec.namespace, spec.name))
             col.dropped = True
             col.state = None
         shutil.rmtree(col.root, ignore_errors=True)
-        self.store.damage.discard_named(damage_name(spec.namespace, spec.name))
         self.metrics.vector_ops.labels("drop").inc()
         return True
 

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.faults.locks import OwnedLock
 from tests.vectors.conftest import VECTOR_CONFIG, clustered
 from tiermem.client import Client
 from tiermem.server.app import Daemon
@@ -59,37 +60,6 @@ def flip_current_snapshot(daemon: Daemon) -> None:
 
 def gauge(daemon: Daemon) -> float | None:
     return daemon.metrics.registry.get_sample_value(GAUGE)
-
-
-class OwnedLock:
-    """A lock that knows which thread holds it (stands in for the damage
-    register's lock, so the hook can tell whether fsck holds it)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._owner: int | None = None
-
-    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        if self._lock.acquire(blocking, timeout):
-            self._owner = threading.get_ident()
-            return True
-        return False
-
-    def release(self) -> None:
-        self._owner = None
-        self._lock.release()
-
-    def locked(self) -> bool:
-        return self._lock.locked()
-
-    def held_here(self) -> bool:
-        return self._owner == threading.get_ident()
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 @contextmanager
