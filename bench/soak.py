@@ -434,6 +434,14 @@ def _scrape(url: str) -> tuple[tuple[int, int, int], dict[str, tuple[float, floa
     return (parts["memtables"], parts["block_cache"], parts["compactions"]), rpcs
 
 
+def _steal_s() -> float:
+    """CPU time the hypervisor gave other guests, summed over this machine's
+    cores (``/proc/stat``'s steal column), in seconds: on a shared VM the
+    tail follows it, so each window reports it beside its p99."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+
+
 def _rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -553,9 +561,11 @@ def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
         say(f"daemon pid {proc.pid}: load phase at {rate:.0f} ops/s, {args.seconds:.0f} s")
         memory: list[tuple[float, int]] = []
         catalog: list[tuple[float, int, int, int]] = []
+        steal: list[tuple[float, float]] = []
 
         def sample(t: float) -> None:
             memory.append((round(t, 1), _rss_bytes(proc.pid)))
+            steal.append((round(t, 1), _steal_s()))
             if not catalog or t - catalog[-1][0] >= SCRAPE_INTERVAL_S:
                 (mt, bc, compactions), _ = _scrape(metrics_url)
                 catalog.append((round(t, 1), mt, bc, compactions))
@@ -572,6 +582,7 @@ def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
         (loaded, load_s, load_server),
         memory,
         catalog,
+        steal,
     )
 
 
@@ -637,12 +648,22 @@ def _per_op(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
 WINDOW_S = 30.0
 
 
+def _steal_at(steal: list[tuple[float, float]], t: float) -> float:
+    """Steal seconds at the last sample at or before ``t`` (the first before it)."""
+    at = bisect.bisect_right(steal, t, key=lambda row: row[0]) - 1
+    return steal[max(at, 0)][1] if steal else 0.0
+
+
 def _windows(
-    result: dict[str, Any], catalog: list[tuple[float, int, int, int]], seconds: float
+    result: dict[str, Any],
+    catalog: list[tuple[float, int, int, int]],
+    steal: list[tuple[float, float]],
+    seconds: float,
 ) -> list[dict[str, Any]]:
     """The small gets' p99 per ``WINDOW_S`` of the load phase, beside the SSD
-    segments the daemon compacted in it (from the scrapes): a tail that grows
-    over the run, or follows background work, shows here and not in one p99."""
+    segments the daemon compacted in it (from the scrapes) and the CPU time the
+    hypervisor gave other guests in it: a tail that grows over the run, or
+    follows background work or a noisy neighbour, shows here and not in one p99."""
     lat, at = result["lat"]["get small"], result["small_at"]
     rows = []
     for w in range(int(seconds // WINDOW_S)):  # whole windows only
@@ -655,6 +676,7 @@ def _windows(
             "ops": len(window),
             "p99_ms": round(percentile(window, 99) * 1000, 3),
             "compactions": _scraped_at(catalog, hi)[3] - _scraped_at(catalog, lo)[3],
+            "cpu_steal_s": round(_steal_at(steal, hi) - _steal_at(steal, lo), 2),
         })  # fmt: skip
     return rows
 
@@ -687,6 +709,7 @@ def _report(
     loaded: tuple[dict[str, Any], float, Any],
     memory: list[tuple[float, int]],
     catalog: list[tuple[float, int, int, int]],
+    steal: list[tuple[float, float]],
 ) -> int:
     result, seconds, server = loaded
     per_op = _per_op(result)
@@ -729,7 +752,8 @@ def _report(
                 (t, round(mt / MiB, 1), round(bc / MiB, 1)) for t, mt, bc, _ in catalog[::step]
             ],
         },
-        "small_get_p99_by_window": _windows(result, catalog, seconds),
+        "small_get_p99_by_window": _windows(result, catalog, steal, seconds),
+        "cpu_steal_s_during_load": round(steal[-1][1] - steal[0][1], 1) if steal else 0.0,
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "note": LOAD_NOTE,
         "harness_note": HARNESS_NOTE,
