@@ -10,19 +10,12 @@ from pathlib import Path
 
 import numpy as np
 
+from tests.faults.flips import flip
 from tests.vectors.conftest import VECTOR_CONFIG, clustered
 from tiermem.client import Client
 from tiermem.server.app import Daemon
 
 N, D = 400, 8
-
-
-def flip(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0x5A]))
 
 
 def test_a_damaged_snapshot_of_a_loaded_collection_is_rewritten_from_memory(

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.faults.flips import damaged_gauge, flip
 from tests.vectors.conftest import VECTOR_CONFIG, clustered
 from tiermem.cli.main import main as cli
 from tiermem.client import ChecksumError, Client, Kind
@@ -24,18 +25,6 @@ from tiermem.server.app import Daemon
 from tiermem.server.services.integrity import check_offline
 
 N, D = 500, 16
-
-
-def damaged_gauge(daemon: Daemon) -> float:
-    return daemon.metrics.registry.get_sample_value("tiermem_damaged_objects") or 0.0
-
-
-def flip(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0x5A]))
 
 
 def first_snapshot(data_dir: Path) -> Path:

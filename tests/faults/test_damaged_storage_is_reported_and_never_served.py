@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.conftest import daemon_config
+from tests.faults.flips import damaged_gauge, flip
 from tests.helpers import DaemonProcess
 from tiermem.cli.main import main as cli
 from tiermem.client import ChecksumError, Client, Kind, NotFoundError, Profile, Tier
@@ -30,11 +31,6 @@ SSD = Profile(preferred_tier=Tier.SSD)
 MiB = 1 << 20
 
 
-def damaged_gauge(daemon: Daemon) -> float:
-    value = daemon.metrics.registry.get_sample_value("tiermem_damaged_objects")
-    return value or 0.0
-
-
 def location(daemon: Daemon, key: str) -> tuple[int, int, int]:
     entry = daemon.store.catalog.find(ObjectKey("default", ServerKind.BLOB, key).encode())
     assert entry is not None
@@ -43,14 +39,6 @@ def location(daemon: Daemon, key: str) -> tuple[int, int, int]:
 
 def segment_path(daemon: Daemon, seg: int) -> Path:
     return Path(daemon.config.data_dir) / "segments" / f"seg-{seg:010d}.dat"
-
-
-def flip(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0x5A]))
 
 
 @pytest.fixture

@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.faults.flips import damaged_gauge, flip_current_snapshot
 from tests.faults.locks import OwnedLock
 from tests.vectors.conftest import VECTOR_CONFIG, clustered
 from tiermem.client import ChecksumError, Client
@@ -34,29 +34,8 @@ from tiermem.server.app import Daemon
 from tiermem.server.vectors.types import damage_name
 
 N, D = 300, 8
-GAUGE = "tiermem_damaged_objects"
 NAME = damage_name("default", "c")
 WAIT_S = 30.0
-
-
-def flip(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0x5A]))
-
-
-def flip_current_snapshot(daemon: Daemon) -> None:
-    """Flip a byte in the state.npz of the snapshot the record names now."""
-    rec = daemon.vectors.log.record("default", "c")
-    assert rec is not None and rec.snapshot_dir
-    state = Path(daemon.config.data_dir, "vectors", str(rec.id), rec.snapshot_dir, "state.npz")
-    flip(state, state.stat().st_size // 2)
-
-
-def gauge(daemon: Daemon) -> float | None:
-    return daemon.metrics.registry.get_sample_value(GAUGE)
 
 
 def create_damaged(c: Client, daemon: Daemon, seed: int) -> None:
@@ -127,7 +106,7 @@ def test_dropping_a_collection_never_clears_the_damage_of_a_new_collection_of_th
         # the new collection's current snapshot is damaged: listed and counted
         assert damage.has_named(NAME), "the drop cleared the new collection's damage"
         assert [d.key for d in daemon.integrity.known_damage()] == [NAME]
-        assert gauge(daemon) == 1
+        assert damaged_gauge(daemon) == 1
         with pytest.raises(ChecksumError):
             c.vectors.search("c", q, 5)
         # and it was not listed for the old collection's damage when created

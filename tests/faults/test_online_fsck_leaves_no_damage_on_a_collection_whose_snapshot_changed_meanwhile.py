@@ -22,12 +22,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.faults.flips import damaged_gauge, flip_current_snapshot
 from tests.faults.locks import OwnedLock
 from tests.vectors.conftest import VECTOR_CONFIG, clustered
 from tiermem.client import Client
@@ -37,29 +37,8 @@ from tiermem.server.vectors.oplog import VectorStore
 from tiermem.server.vectors.types import damage_name
 
 N, D = 300, 8
-GAUGE = "tiermem_damaged_objects"
 NAME = damage_name("default", "c")
 WAIT_S = 30.0
-
-
-def flip(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0x5A]))
-
-
-def flip_current_snapshot(daemon: Daemon) -> None:
-    """Flip a byte in the state.npz of the snapshot the record names now."""
-    rec = daemon.vectors.log.record("default", "c")
-    assert rec is not None and rec.snapshot_dir
-    state = Path(daemon.config.data_dir, "vectors", str(rec.id), rec.snapshot_dir, "state.npz")
-    flip(state, state.stat().st_size // 2)
-
-
-def gauge(daemon: Daemon) -> float | None:
-    return daemon.metrics.registry.get_sample_value(GAUGE)
 
 
 @contextmanager
@@ -149,7 +128,7 @@ def test_a_snapshot_rewritten_between_fsck_check_and_registration_is_not_left_da
         # the current snapshot is healthy: nothing is registered or counted
         assert not daemon.store.damage.has_named(NAME)
         assert [d.key for d in daemon.integrity.known_damage()] == []
-        assert gauge(daemon) == 0
+        assert damaged_gauge(daemon) == 0
         assert c.integrity.check().clean
         assert c.vectors.unload("c")
         assert len(c.vectors.search("c", q, 5).ids) == 5  # loads the new snapshot
@@ -159,7 +138,7 @@ def test_a_snapshot_rewritten_between_fsck_check_and_registration_is_not_left_da
         result = c.integrity.check()
         assert [(d.key, d.where) for d in result.damaged] == [("c", "vectors")]
         assert daemon.store.damage.has_named(NAME)
-        assert gauge(daemon) == 1
+        assert damaged_gauge(daemon) == 1
 
 
 def test_a_collection_dropped_between_fsck_check_and_registration_is_not_left_damaged(
@@ -181,5 +160,5 @@ def test_a_collection_dropped_between_fsck_check_and_registration_is_not_left_da
         assert daemon.vectors.log.record("default", "c") is None
 
         assert not daemon.store.damage.has_named(NAME)
-        assert gauge(daemon) == 0
+        assert damaged_gauge(daemon) == 0
         assert c.integrity.check().clean

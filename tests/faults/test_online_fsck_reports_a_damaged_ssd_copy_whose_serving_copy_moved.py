@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.faults.flips import flip
 from tiermem.client import Client, Durability, Kind, Profile, Tier
 from tiermem.server.app import Daemon
 from tiermem.server.model import Kind as ServerKind
@@ -23,14 +24,6 @@ from tiermem.server.model import Tier as ServerTier
 from tiermem.server.services import integrity
 
 DURABLE_IN_DRAM = Profile(durability=Durability.DURABLE, preferred_tier=Tier.DRAM)
-
-
-def flip(path: Path, offset: int) -> None:
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        byte = f.read(1)
-        f.seek(offset)
-        f.write(bytes([byte[0] ^ 0x5A]))
 
 
 def test_damage_on_an_unchanged_ssd_copy_is_reported_when_the_memory_copy_moved(
