@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from tests.polling import poll_until
 from tests.unit.test_a_failed_remote_publish_is_retried_then_given_up import FlakyStore, daemon_on
 from tiermem.client import Client, Kind
 from tiermem.server.app import Daemon
@@ -48,15 +49,6 @@ class RefusingStore(FlakyStore):
 
 def key(i: int) -> bytes:
     return ObjectKey("default", ServerKind.KV_BLOCK, f"b{i}").encode()
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return check()
 
 
 def test_fences_stay_bounded_retries_back_off_and_deletes_finish_when_the_store_returns(
@@ -97,8 +89,8 @@ def test_fences_stay_bounded_retries_back_off_and_deletes_finish_when_the_store_
         assert calls <= 3 * (1.0 / MAX_PAUSE_S + 1), f"{calls} delete calls in 1 s"
         # the store takes deletes again: everything resumes
         store.down = False
-        assert wait_for(lambda: not store.values, 3 * MAX_PAUSE_S + 2), sorted(store.values)
-        assert wait_for(lambda: not service.journal.entries(100), 5)
-        assert wait_for(lambda: not service._fenced and not service._parked, 5)
-        assert wait_for(lambda: not any(service._held_back(key(i)) for i in range(COUNT)), 5)
+        assert poll_until(lambda: not store.values, 3 * MAX_PAUSE_S + 2), sorted(store.values)
+        assert poll_until(lambda: not service.journal.entries(100), 5)
+        assert poll_until(lambda: not service._fenced and not service._parked, 5)
+        assert poll_until(lambda: not any(service._held_back(key(i)) for i in range(COUNT)), 5)
         assert not service._journal_only

@@ -8,11 +8,11 @@ against an in-memory backend with a small limit (no peer needed)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
 
+from tests.polling import poll_until
 from tests.unit.test_a_queued_remote_delete_never_removes_the_version_a_demotion_uploaded import (
     GatedStore,
     daemon_on,
@@ -33,15 +33,6 @@ def key(i: int) -> bytes:
 
 def stored(store: GatedStore) -> set[str]:
     return {n.rsplit("/", 1)[-1] for n in store.values}
-
-
-def wait_for(check: Callable[[], bool], timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return check()
 
 
 def held_while_stuck(a: Daemon, c: Client) -> None:
@@ -81,7 +72,7 @@ def test_overflowed_deletes_are_misses_and_run_without_a_restart(
         finally:
             store.gate.set()
         # carried out as the queue drains, not at the next start
-        assert wait_for(lambda: not stored(store), 10), sorted(stored(store))
-        assert wait_for(lambda: not service.journal.entries(100), 10)
-        assert wait_for(lambda: not any(service._held_back(key(i)) for i in range(COUNT)), 10)
+        assert poll_until(lambda: not stored(store), 10), sorted(stored(store))
+        assert poll_until(lambda: not service.journal.entries(100), 10)
+        assert poll_until(lambda: not any(service._held_back(key(i)) for i in range(COUNT)), 10)
         assert not service._journal_only
