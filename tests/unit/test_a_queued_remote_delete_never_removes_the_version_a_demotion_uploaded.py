@@ -108,6 +108,9 @@ def test_an_overwrites_delete_spares_the_new_version_demoted_before_its_turn(
         assert a.mover.move(KEY, ServerTier.REMOTE)  # v1 in the store
         store.hold(deletes=("/other",))
         c.delete(Kind.KV_BLOCK, "other")  # the writer is stuck deleting it
+        # (alone: a delete of v1 queued before the writer takes this one would
+        # join its batch, and the demotion would wait for that batch)
+        assert store.waiting.wait(10)
         c.put(Kind.KV_BLOCK, "block", b"2" * BLOCK)  # a delete of v1 queued behind
         demote(a)  # v2 uploaded directly, before that delete's turn
         store.gate.set()
@@ -156,6 +159,7 @@ def test_a_delete_never_runs_between_a_demotions_upload_and_its_switch(
         assert a.mover.move(KEY, ServerTier.REMOTE)
         store.hold(deletes=("/other",))
         c.delete(Kind.KV_BLOCK, "other")
+        assert store.waiting.wait(10)  # the writer holds that delete alone (see above)
         c.put(Kind.KV_BLOCK, "block", b"2" * BLOCK)
         a.mover.move(KEY, ServerTier.SSD)
         demotion = threading.Thread(
