@@ -128,7 +128,7 @@ def test_a_skipped_publishs_delete_spares_the_version_demoted_before_its_turn(
         a.maintain()  # v1 published
         store.hold(puts=("/other",))
         c.put(Kind.KV_BLOCK, "other", b"o" * BLOCK)  # the writer is stuck uploading it
-        time.sleep(0.3)
+        assert store.waiting.wait(10)
         c.put(Kind.KV_BLOCK, "block", b"2" * BLOCK)  # queue full: skipped, v1's delete queued
         assert sample(a, "tiermem_remote_published_objects_total", result="skipped") == 1
         demote(a)
