@@ -210,6 +210,15 @@ def _lowest_until(
         k *= 4
 
 
+def _saved(rate: F64, delta: F64) -> F64:
+    """Access time saved per second: ``rate * delta``. An infinite ``delta``
+    (a DURABLE object with SSD disabled has nowhere to go) stays infinite at
+    rate 0, where the product would be NaN and order as "never evict" only by
+    accident of argsort, and fail every ``> 0`` test of a plan."""
+    finite = np.isfinite(delta)
+    return np.where(finite, rate * np.where(finite, delta, 0.0), np.inf)
+
+
 class Planner:
     def __init__(self, cost: CostModel, config: PlannerConfig | None = None) -> None:
         self.cost = cost
@@ -292,7 +301,7 @@ class Planner:
         mem = self._memory_tiers(tiers)
         floor, floor_cost = self._floor(objs, tiers)
         c_t = cost.access_cost(objs.size, objs.kind, tier)
-        out = objs.rate * (floor_cost - c_t)
+        out = _saved(objs.rate, floor_cost - c_t)
         lower = None
         for t in reversed([x for x in mem if x > tier]):
             ok = cost.allowed(objs.kind, t)
@@ -324,7 +333,7 @@ class Planner:
                 copy[sel] = cost.migration_cost(
                     sub.size[sel], np.full(int(sel.sum()), tier), int(d), sub.persisted[sel]
                 )
-            out[i] = sub.rate * (nxt - c_t[i]) + copy / cfg.horizon_s
+            out[i] = _saved(sub.rate, nxt - c_t[i]) + copy / cfg.horizon_s
         return np.asarray(out / np.maximum(objs.size, 1), dtype=np.float64)
 
     def densities(self, objs: Objects, tier: int, tiers: Mapping[int, TierState]) -> F64:
@@ -333,7 +342,7 @@ class Planner:
         mem = self._memory_tiers(tiers)
         _, floor_cost = self._floor(objs, tiers)
         nxt = self._next_cost(objs, tier, mem, floor_cost)
-        gain = objs.rate * (nxt - self.cost.access_cost(objs.size, objs.kind, tier))
+        gain = _saved(objs.rate, nxt - self.cost.access_cost(objs.size, objs.kind, tier))
         return np.asarray(gain / np.maximum(objs.size, 1), dtype=np.float64)
 
     # -- admission ------------------------------------------------------------------
@@ -585,7 +594,7 @@ class Planner:
             budget = state.plan_bytes - int(objs.size[in_t_pinned].sum())
             cand = ~assigned & cost.allowed(objs.kind, t) & (objs.size <= state.capacity_bytes)
             c_t = cost.access_cost(objs.size, objs.kind, t)
-            gain = objs.rate * (self._next_cost(objs, t, mem, floor_cost) - c_t)
+            gain = _saved(objs.rate, self._next_cost(objs, t, mem, floor_cost) - c_t)
             size_f = np.maximum(objs.size, 1).astype(np.float64)
             dens = gain / size_f
             incumbent = objs.tier == t
