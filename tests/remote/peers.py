@@ -42,6 +42,23 @@ def free_cluster_port() -> int:
     raise RuntimeError("found no free pair of ports for a Redis Cluster node")
 
 
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has exited: gone, or a zombie. redis-server daemonizes,
+    so its parent is the machine's init, which may reap it only seconds later
+    (here, PID 1 reaps about every 2 s): a signal 0 still reaches the zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:  # no /proc: signal 0 says whether it is there at all
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+
+
 def _stop_pid(pid: int, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> None:
     try:
         os.kill(pid, sig)
@@ -49,9 +66,7 @@ def _stop_pid(pid: int, sig: int = signal.SIGTERM, timeout_s: float = 10.0) -> N
         return
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if _exited(pid):
             return
         time.sleep(0.02)
     os.kill(pid, signal.SIGKILL)
