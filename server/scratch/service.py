@@ -34,7 +34,7 @@ import struct
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +156,15 @@ class ScratchStats:
 
 
 @dataclass(slots=True)
+class _Prepared:
+    """A flush's records planned and embedded, not yet committed."""
+
+    plan: BatchPlan
+    vectors: np.ndarray[Any, Any]  # of plan.records
+    started: float  # perf_counter at the start of the flush
+
+
+@dataclass(slots=True)
 class _Written:
     """A batch committed to RocksDB, with what the index and the counts still need."""
 
@@ -210,6 +219,15 @@ class ScratchService:
         self._lock = threading.Lock()
         self._space = threading.Condition(self._lock)
         self._flush_lock = threading.Lock()
+        #: Held while a batch is committed and indexed (after its records were
+        #: embedded, which can take a MiniLM forward pass of hundreds of ms) and
+        #: by ``drop_session``: a session's close waits for a commit, never for
+        #: the embedder. Lock order: ``_flush_lock``, ``_commit_lock``, ``_lock``.
+        self._commit_lock = threading.Lock()
+        #: Sessions dropped while the flush in progress embedded its snapshot:
+        #: session -> the last record id dropped (its commit leaves them out).
+        #: Guarded by ``_commit_lock``; emptied when that flush ends.
+        self._dropped_in_flight: dict[str, int] = {}
         self._buffer: list[Record] = []
         self._unlogged: list[Record] = []
         self._flushing: list[Record] = []
@@ -396,11 +414,11 @@ class ScratchService:
     def _append_write_through(
         self, session: str, records: list[NewRecord], now: int
     ) -> tuple[int, int]:
-        # The flush lock is held from the check that the session is open to the
+        # The commit lock is held from the check that the session is open to the
         # commit: a close drops the session's records under it, so it runs
         # before the check (refused) or after the commit (dropped); in between,
         # a record was stored for a closed session and never freed.
-        with self._flush_lock:
+        with self._flush_lock, self._commit_lock:
             with self._lock:
                 self._still_open(session)
                 first = self._next_id
@@ -461,43 +479,71 @@ class ScratchService:
                 self._flushing = snapshot
                 self._space.notify_all()
             try:
-                written = self._write(snapshot)
+                # embedded without the commit lock: a close meanwhile drops its
+                # session's records from this batch instead of waiting
+                prepared = self._prepare(snapshot)
             except BaseException:
-                # Nothing was committed: the records go back in front of the
-                # buffer (their ids are below every later append's) in the same
-                # step that takes them off the flushing list, so a reader sees
-                # them throughout; the rotated log files keep them until a flush
-                # commits them. The timer retries after flush_interval_s.
-                with self._lock:
-                    self._flushing = []
-                    self._buffer[:0] = snapshot
-                    self._buffer_bytes += sum(r.size for r in snapshot)
-                    self._buffer_since = time.monotonic()
+                with self._commit_lock:
+                    self._put_back(snapshot)
                 raise
-            with self._lock:  # committed: replay finds them in RocksDB now
-                self._flushing = []
-            report = self._account(written, reason)
+            with self._commit_lock:
+                try:
+                    written = self._write(snapshot, prepared)
+                except BaseException:
+                    self._put_back(snapshot)
+                    raise
+                with self._lock:  # committed: replay finds them in RocksDB now
+                    self._flushing = []
+                    self._dropped_in_flight = {}
+                report = self._account(written, reason)
             self._log.remove_before(current_log)
             return report
 
-    def _commit(self, records: list[Record], reason: str) -> FlushReport:
-        """Dedup/merge, embed, ONE synced RocksDB batch, ONE index update (flush lock held)."""
-        return self._account(self._write(records), reason)
+    def _put_back(self, snapshot: list[Record]) -> None:
+        """A flush that committed nothing: its records go back in front of the
+        buffer (their ids are below every later append's) in the same step that
+        takes them off the flushing list, so a reader sees them throughout; the
+        rotated log files keep them until a flush commits them. The timer
+        retries after flush_interval_s. Records of sessions closed meanwhile
+        stay dropped. Commit lock held."""
+        dropped = self._dropped_in_flight
+        back = [r for r in snapshot if r.id > dropped.get(r.session, 0)]
+        with self._lock:
+            self._flushing = []
+            self._dropped_in_flight = {}
+            self._buffer[:0] = back
+            self._buffer_bytes += sum(r.size for r in back)
+            self._buffer_since = time.monotonic()
 
-    def _write(self, records: list[Record]) -> _Written:
-        """Dedup/merge, embed, ONE synced RocksDB batch (flush lock held). Changes
-        no state of the service: when it raises, the records can be written again.
+    def _commit(self, records: list[Record], reason: str) -> FlushReport:
+        """Dedup/merge, embed, ONE synced RocksDB batch, ONE index update (commit lock held)."""
+        return self._account(self._write(records, self._prepare(records)), reason)
+
+    def _prepare(self, records: list[Record]) -> _Prepared:
+        """Dedup/merge and embed (the slow part of a flush; no lock of ours held)."""
+        started = time.perf_counter()
+        plan = plan_batch(records)
+        vectors = (
+            self.embedder.embed([r.text() for r in plan.records])
+            if plan.records
+            else np.zeros((0, self.embedder.dim), np.float32)
+        )
+        return _Prepared(plan, vectors, started)
+
+    def _write(self, records: list[Record], prepared: _Prepared) -> _Written:
+        """ONE synced RocksDB batch of the prepared records, less those of sessions
+        dropped since they were prepared (commit lock held). Changes no state of
+        the service: when it raises, the records can be written again.
         (If the commit reached RocksDB before it raised, a failed WAL sync, the
         retry overwrites the same keys: a session's batch is keyed by its lowest
         id, which a retry starts with, and keyed records by their key.)"""
-        started = time.perf_counter()
-        plan = plan_batch(records)
+        plan, vectors, started = prepared.plan, prepared.vectors, prepared.started
+        dropped = self._dropped_in_flight
+        if dropped:  # dedup and merges stay within a session: the rest is consistent
+            keep = [i for i, r in enumerate(plan.records) if r.id > dropped.get(r.session, 0)]
+            plan = replace(plan, records=[plan.records[i] for i in keep])
+            vectors = vectors[keep]
         kept = plan.records
-        vectors = (
-            self.embedder.embed([r.text() for r in kept])
-            if kept
-            else np.zeros((0, self.embedder.dim), np.float32)
-        )
         half = vectors.astype(np.float16)
         row_bytes = half.shape[1] * 2
         packed = half.tobytes()
@@ -720,19 +766,24 @@ class ScratchService:
 
     # -- session cleanup hook ------------------------------------------------------------
     def drop_session(self, session: str) -> Freed:
-        """Free the session's buffered and stored records and their index entries."""
-        with self._flush_lock:
+        """Free the session's buffered and stored records and their index entries.
+        Waits for a commit in progress, not for a flush's embedding: records of
+        the session that flush holds are left out of its commit."""
+        with self._commit_lock:
             with self._lock:
                 kept = [r for r in self._buffer if r.session != session]
                 dropped = [r for r in self._buffer if r.session == session]
                 self._buffer = kept
                 self._buffer_bytes -= sum(r.size for r in dropped)
+                dropped += [r for r in self._flushing if r.session == session]
                 self._unlogged = [r for r in self._unlogged if r.session != session]
                 st = self._per_session.pop(session, _SessionScratch())
                 for key in [k for k in self._keyed if k[0] == session]:
                     del self._keyed[key]
                 self._space.notify_all()
                 dropped_upto = self._next_id - 1
+                if self._flushing:
+                    self._dropped_in_flight[session] = dropped_upto
             prefix = session.encode() + b"\x00"
             batch = self.rocks.batch()
             batch.put("meta", _DROPPED_UPTO + session.encode(), _ID.pack(dropped_upto))
