@@ -43,20 +43,27 @@ def _stored_ids(daemon: Daemon, session: str) -> list[int]:
     return ids
 
 
+def _two_sessions(
+    daemon: Daemon, client: Client, records: int
+) -> tuple[_GatedEmbedder, str, str, list[int], list[int]]:
+    """The daemon's embedder gated; sessions "closing" and "staying" with
+    ``records`` buffered records each: (gated, closing, staying, their ids)."""
+    gated = _GatedEmbedder(daemon.scratch.embedder)
+    daemon.scratch.embedder = gated  # type: ignore[assignment]
+    ids = []
+    for label in ("closing", "staying"):
+        session = client.sessions.open(label=label).id
+        new = [NewRecord(RecordKind.THOUGHT, f"{label} {i}") for i in range(records)]
+        ids.append((session, client.scratch.append_many(session, new)))
+    (closing, gone), (staying, kept) = ids
+    return gated, closing, staying, gone, kept
+
+
 def test_a_close_mid_flush_returns_at_once_and_its_records_are_left_out(
     adaemon: Daemon, aclient: Client
 ) -> None:
     scratch = adaemon.scratch
-    gated = _GatedEmbedder(scratch.embedder)
-    scratch.embedder = gated  # type: ignore[assignment]
-    closing = aclient.sessions.open(label="closing")
-    staying = aclient.sessions.open(label="staying")
-    gone = aclient.scratch.append_many(
-        closing.id, [NewRecord(RecordKind.THOUGHT, f"closing {i}") for i in range(3)]
-    )
-    kept = aclient.scratch.append_many(
-        staying.id, [NewRecord(RecordKind.THOUGHT, f"staying {i}") for i in range(3)]
-    )
+    gated, closing, staying, gone, kept = _two_sessions(adaemon, aclient, 3)
     flusher = threading.Thread(target=scratch.flush, args=("timer",))
     flusher.start()
     try:
@@ -65,7 +72,7 @@ def test_a_close_mid_flush_returns_at_once_and_its_records_are_left_out(
 
         def close() -> None:
             with Client(adaemon.address, timeout_s=30) as other:
-                other.sessions.close(closing.id)
+                other.sessions.close(closing)
             closed.set()
 
         closer = threading.Thread(target=close)
@@ -77,31 +84,26 @@ def test_a_close_mid_flush_returns_at_once_and_its_records_are_left_out(
         flusher.join(30)
     closer.join(10)
     assert not flusher.is_alive()
-    assert _stored_ids(adaemon, closing.id) == []
-    assert sorted(_stored_ids(adaemon, staying.id)) == sorted(kept)
+    assert _stored_ids(adaemon, closing) == []
+    assert sorted(_stored_ids(adaemon, staying)) == sorted(kept)
     index = scratch.index
     indexed = {int(h.id) for h in index.search(gated.real.embed(["closing 1"])[0], 100)}
     assert not indexed & set(gone)
     assert set(kept) <= indexed
-    assert [r.id for r in aclient.scratch.replay(staying.id)] == kept
+    assert [r.id for r in aclient.scratch.replay(staying)] == kept
     stats = aclient.scratch.stats()
     assert stats.stored_records == len(kept)
     assert stats.buffered_records == 0
-    assert [s.id for s in aclient.sessions.list()] == [staying.id]
+    assert [s.id for s in aclient.sessions.list()] == [staying]
 
 
 def test_a_flush_that_fails_after_a_close_puts_back_only_the_open_sessions_records(
     adaemon: Daemon, aclient: Client
 ) -> None:
     scratch = adaemon.scratch
-    gated = _GatedEmbedder(scratch.embedder)
-    scratch.embedder = gated  # type: ignore[assignment]
+    gated, closing, staying, _gone, kept = _two_sessions(adaemon, aclient, 1)
     failing = CommitFailsOnceWhenArmed(scratch.rocks, "injected: the flush's commit failed")
     scratch.rocks = failing  # type: ignore[assignment]
-    closing = aclient.sessions.open(label="closing")
-    staying = aclient.sessions.open(label="staying")
-    aclient.scratch.append_many(closing.id, [NewRecord(RecordKind.THOUGHT, "closing")])
-    kept = aclient.scratch.append_many(staying.id, [NewRecord(RecordKind.THOUGHT, "staying")])
     raised: list[BaseException] = []
 
     def flush() -> None:
@@ -114,7 +116,7 @@ def test_a_flush_that_fails_after_a_close_puts_back_only_the_open_sessions_recor
     flusher.start()
     try:
         assert gated.entered.wait(10), "the flush never reached the embedder"
-        aclient.sessions.close(closing.id)  # returns while the embedder is held
+        aclient.sessions.close(closing)  # returns while the embedder is held
         failing.armed = True  # the flush's commit, the next one, fails
     finally:
         gated.gate.set()
@@ -122,8 +124,8 @@ def test_a_flush_that_fails_after_a_close_puts_back_only_the_open_sessions_recor
     assert len(raised) == 1
     stats = aclient.scratch.stats()
     assert (stats.buffered_records, stats.stored_records) == (1, 0)
-    assert [r.id for r in aclient.scratch.replay(staying.id)] == kept
+    assert [r.id for r in aclient.scratch.replay(staying)] == kept
     scratch.flush("timer")
-    assert _stored_ids(adaemon, closing.id) == []
-    assert _stored_ids(adaemon, staying.id) == kept
+    assert _stored_ids(adaemon, closing) == []
+    assert _stored_ids(adaemon, staying) == kept
     assert aclient.scratch.stats().buffered_records == 0
