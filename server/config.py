@@ -123,6 +123,13 @@ class SsdConfig(TierConfig):
     """Target size of one append-only segment file (a larger value gets its own segment)."""
     compaction_live_ratio: float = Field(default=0.5, gt=0, lt=1)
     """A sealed segment whose live bytes fall below this fraction is compacted."""
+    compaction_rate_bytes_per_s: ByteSize = ByteSize(64 * MiB)
+    """Live bytes background compaction copies per second at most (0: no limit), so
+    a pass does not take a core from the request handlers for seconds at a time.
+    A pass run on request (``Daemon.maintain``) is not paced."""
+    compaction_unpaced_above: float = Field(default=0.8, gt=0, le=1)
+    """Fraction of capacity at which background compaction stops pacing itself: the
+    tier needs its space back sooner than the handlers need the core."""
     fsync: bool = True
     """fsync segment data and sync the RocksDB WAL before acknowledging DURABLE writes."""
 

@@ -306,6 +306,12 @@ class Metrics:
         self.compacted_bytes = Counter(
             "tiermem_segment_compacted_bytes", "Live bytes rewritten by compaction.", registry=r
         )
+        self.compaction_paced_seconds = Counter(
+            "tiermem_segment_compaction_paced_seconds",
+            "Seconds background compaction waited to keep to "
+            "tiers.ssd.compaction_rate_bytes_per_s.",
+            registry=r,
+        )
         self.background_errors = Counter(
             "tiermem_background_errors",
             "Background passes that failed (logged with a traceback), by pass.",

@@ -1,19 +1,21 @@
-"""Background work of the daemon, on one thread with bounded passes: TTL
-expiry and segment compaction (tier rebalancing has its own thread,
-``services/migrator.py``). Each pass catches and logs its own failure so one
-bad object cannot stop the loop.
+"""Background work of the daemon: TTL expiry (and the reapers passed in) on one
+thread, segment compaction on another (tier rebalancing has its own thread,
+``services/migrator.py``). Compaction is paced to a byte rate
+(``tiers.ssd.compaction_rate_bytes_per_s``), so it may run for seconds; on its
+own thread it never delays an expiry pass. Each pass catches and logs its own
+failure so one bad object cannot stop the loop.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 
 from tiermem.server.config import BackgroundConfig
 from tiermem.server.services.expiry import Expirer
 from tiermem.server.services.mover import Mover
+from tiermem.server.services.pacer import BytePacer
 
 log = logging.getLogger(__name__)
 
@@ -35,18 +37,36 @@ class BackgroundWorker:
         self._expirer = expirer
         self._wake = wake
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._last_compaction = time.monotonic()
+        self._threads: list[threading.Thread] = []
+        ssd = mover.store.config.tiers.ssd
+        self._pacer = BytePacer(
+            int(ssd.compaction_rate_bytes_per_s),
+            stop=self._stop,
+            unpaced=self._ssd_needs_space,
+            on_wait=mover.store.metrics.compaction_paced_seconds.inc,
+        )
+
+    def _ssd_needs_space(self) -> bool:
+        ssd = self._mover.store.ssd
+        limit = self._mover.store.config.tiers.ssd.compaction_unpaced_above
+        return ssd.used_bytes >= limit * ssd.capacity_bytes
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="tiermem-background", daemon=True)
-        self._thread.start()
+        for name, loop in (
+            ("tiermem-background", self._run),
+            ("tiermem-compaction", self._run_compaction),
+        ):
+            thread = threading.Thread(target=loop, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
 
     def stop(self) -> None:
+        """Stops both loops; a paced compaction stops waiting at once and ends after
+        the value it is copying (the segment is kept, the next start finishes it)."""
         self._stop.set()
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        for thread in self._threads:
+            thread.join(timeout=30)
 
     def run_once(self, *, compact: bool = True) -> None:
         """One pass of everything (tests call this to avoid waiting on timers)."""
@@ -61,11 +81,15 @@ class BackgroundWorker:
                 metrics.background_errors.labels(name).inc()
                 log.exception("background %s pass failed", name)
         if compact:
-            try:
-                self._mover.compact()
-            except Exception:
-                metrics.background_errors.labels("compaction").inc()
-                log.exception("background compaction pass failed")
+            self.compact()
+
+    def compact(self, pacer: BytePacer | None = None) -> None:
+        """One compaction pass (paced by ``pacer`` if given), its failure logged."""
+        try:
+            self._mover.compact(pacer=pacer)
+        except Exception:
+            self._mover.store.metrics.background_errors.labels("compaction").inc()
+            log.exception("background compaction pass failed")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -73,8 +97,8 @@ class BackgroundWorker:
             self._wake.clear()
             if self._stop.is_set():
                 return
-            now = time.monotonic()
-            compact = now - self._last_compaction >= self._config.compaction_interval_s
-            if compact:
-                self._last_compaction = now
-            self.run_once(compact=compact)
+            self.run_once(compact=False)
+
+    def _run_compaction(self) -> None:
+        while not self._stop.wait(self._config.compaction_interval_s):
+            self.compact(self._pacer)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -26,6 +28,7 @@ from tiermem.server.errors import (
     Unavailable,
 )
 from tiermem.server.model import Tier
+from tiermem.server.services.pacer import BytePacer
 from tiermem.server.services.store import Store, ValueRead
 from tiermem.server.tiers.ssd import SsdCopy
 
@@ -68,6 +71,7 @@ class Mover:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.catalog = store.catalog
+        self._compaction_lock = threading.Lock()
         #: Set by the remote service: demotions that upload claim their key there.
         self.remote_writes: RemoteWrites | None = None
 
@@ -364,21 +368,34 @@ class Mover:
         return sum(1 for n in freed if n > 0), sum(freed)
 
     # -- compaction ---------------------------------------------------------------------
-    def compact(self, on_progress: Callable[[int], None] | None = None) -> int:
-        """Compact every segment below the live-ratio threshold; returns how many."""
+    def compact(
+        self,
+        on_progress: Callable[[int], None] | None = None,
+        pacer: BytePacer | None = None,
+    ) -> int:
+        """Compact every segment below the live-ratio threshold; returns how many.
+        ``pacer`` (the background pass's) spreads the copying over time. Passes never
+        overlap: one waits for another (say, ``Daemon.maintain`` during the
+        background thread's) to finish."""
         ratio = self.store.config.tiers.ssd.compaction_live_ratio
         done = 0
-        for seg_id in self.store.ssd.segments.compaction_candidates(ratio):
-            if self.compact_segment(seg_id):
-                done += 1
-                if on_progress is not None:
-                    on_progress(seg_id)
+        with self._compaction_lock:
+            for seg_id in self.store.ssd.segments.compaction_candidates(ratio):
+                if pacer is not None and pacer.stopped:
+                    break
+                if self.compact_segment(seg_id, pacer):
+                    done += 1
+                    if on_progress is not None:
+                        on_progress(seg_id)
         return done
 
-    def compact_segment(self, seg_id: int) -> bool:
+    def compact_segment(self, seg_id: int, pacer: BytePacer | None = None) -> bool:
         """Copy a segment's live values to the active segment, switch their catalog
-        entries and retire it. False (segment kept) if any live value could not move."""
+        entries and retire it. False (segment kept) if any live value could not move.
+        The caller holds no compaction of the same segment (``compact`` serialises)."""
         store = self.store
+        started = time.monotonic()
+        waited_before = pacer.waited_s if pacer is not None else 0.0
         segments = store.ssd.segments
         fsync = store.config.tiers.ssd.fsync
         failed = False
@@ -386,6 +403,11 @@ class Mover:
         written: set[int] = set()
         log.debug("compacting segment %d", seg_id)
         for info in segments.walk(seg_id):
+            if pacer is not None and pacer.stopped:
+                # safe to leave half done: moved values are switched one by one and
+                # the segment goes only once nothing in it is live
+                log.info("compaction of segment %d left for later: stopping", seg_id)
+                return False
             with store.lock:
                 entry = self.catalog.find(info.key)
             if entry is None or entry.seg != seg_id or entry.seg_off != info.data_offset:
@@ -428,6 +450,8 @@ class Mover:
                 segments.release(seg_id, len(info.key), entry.size)
             store.faults.point("compaction.after_switch")
             moved_bytes += entry.size
+            if pacer is not None:
+                pacer.spend(entry.size)
         if failed:
             log.warning("segment %d kept: some live values could not be moved", seg_id)
             return False
@@ -445,5 +469,11 @@ class Mover:
         segments.retire(seg_id)
         store.metrics.compactions.inc()
         store.metrics.compacted_bytes.inc(moved_bytes)
-        log.info("compacted segment %d (%d live bytes moved)", seg_id, moved_bytes)
+        log.info(
+            "compacted segment %d (%d live bytes moved in %.2f s, %.2f s of it paced)",
+            seg_id,
+            moved_bytes,
+            time.monotonic() - started,
+            (pacer.waited_s if pacer is not None else 0.0) - waited_before,
+        )
         return True
