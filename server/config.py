@@ -509,6 +509,12 @@ class ScratchConfig(_Section):
     at once. Costs one write batch per close; the LOGGED result survives a crash either way."""
     max_buffer_bytes: ByteSize = ByteSize(64 * MiB)
     """Hard limit of the DRAM buffer; appends wait for a flush beyond it (bytes)."""
+    flush_thread_nice: int = Field(default=10, ge=0, le=19)
+    """How much the flush thread's nice value is raised above the daemon's (Linux; 0:
+    not at all). Embedding a flushed batch needs a core for as long as it takes; at
+    a lower priority it gets the cores the request handlers leave idle instead of
+    queueing them. Under full CPU load flushes then lag, the buffer grows, and
+    appends wait at ``max_buffer_bytes``."""
     buffered_window_ms: int = Field(default=100, ge=1, le=60_000)
     """BUFFERED records reach the log within this window; a crash loses at most it (ms)."""
     log_fsync_interval_ms: int = Field(default=50, ge=1, le=60_000)

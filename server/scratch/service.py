@@ -69,6 +69,7 @@ from tiermem.server.sessions.cleanup import Freed, Usage
 from tiermem.server.sessions.model import SessionState
 from tiermem.server.sessions.service import SessionService
 from tiermem.server.storage.rocks import RocksStore
+from tiermem.server.threadpriority import lower_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -657,6 +658,8 @@ class ScratchService:
                 self._unlogged = []
 
     def _flush_loop(self) -> None:
+        # background work: the embedder's forward passes must not queue the handlers
+        lower_this_thread(self.config.flush_thread_nice, "the scratchpad flush thread")
         interval_s = self.config.flush_interval_s
         while not self._stop.is_set():
             self._flush_wake.wait(min(interval_s, 0.25))
