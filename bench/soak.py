@@ -407,18 +407,32 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _scrape(url: str) -> tuple[tuple[int, int, int], dict[str, tuple[float, float, float]]]:
+#: One scrape of the load phase: (t, memtables bytes, block cache bytes, segments
+#: compacted, seconds spent in write-back flushes, records they flushed), the
+#: last four counted since the daemon started.
+Scrape = tuple[float, int, int, int, float, int]
+
+
+def _scrape(
+    url: str,
+) -> tuple[tuple[int, int, int, float, int], dict[str, tuple[float, float, float]]]:
     """From the daemon's metrics: (memtables, block cache) bytes of
-    tiermem_catalog_memory_bytes and the SSD segments compacted so far, and per
+    tiermem_catalog_memory_bytes, the SSD segments compacted so far and the
+    seconds and records of the scratchpad's write-back flushes so far, and per
     RPC method the (count, seconds) of tiermem_request_duration_seconds summed
     over status codes: the time the handlers ran, without the time requests
     waited for a thread, and how many of them ran at most 10 ms."""
-    parts = {"memtables": 0, "block_cache": 0, "compactions": 0}
+    parts = {"memtables": 0, "block_cache": 0, "compactions": 0, "flushed": 0}
+    flush_s = 0.0
     rpcs: dict[str, tuple[float, float, float]] = {}
     with urllib.request.urlopen(url, timeout=5) as reply:
         for line in reply.read().decode().splitlines():
             if line.startswith("tiermem_segment_compactions_total "):
                 parts["compactions"] = int(float(line.rsplit(" ", 1)[1]))
+            elif line.startswith("tiermem_writeback_flush_duration_seconds_sum "):
+                flush_s = float(line.rsplit(" ", 1)[1])
+            elif line.startswith("tiermem_writeback_flushed_records_total "):
+                parts["flushed"] = int(float(line.rsplit(" ", 1)[1]))
             elif line.startswith("tiermem_catalog_memory_bytes{"):
                 part = line.split('part="', 1)[1].split('"', 1)[0]
                 parts[part] = int(float(line.rsplit(" ", 1)[1]))
@@ -435,7 +449,8 @@ def _scrape(url: str) -> tuple[tuple[int, int, int], dict[str, tuple[float, floa
                 elif 'le="0.01"' in line:
                     fast += value
                 rpcs[method] = (count, total, fast)
-    return (parts["memtables"], parts["block_cache"], parts["compactions"]), rpcs
+    scraped = (parts["memtables"], parts["block_cache"], parts["compactions"], flush_s)
+    return (*scraped, parts["flushed"]), rpcs
 
 
 def _steal_s() -> float:
@@ -577,15 +592,15 @@ def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
             settled = clients.run("settle", args.settle_seconds, rate, lambda t: None)
         say(f"daemon pid {proc.pid}: load phase at {rate:.0f} ops/s, {args.seconds:.0f} s")
         memory: list[tuple[float, int]] = []
-        catalog: list[tuple[float, int, int, int]] = []
+        catalog: list[Scrape] = []
         steal: list[tuple[float, float]] = []
 
         def sample(t: float) -> None:
             memory.append((round(t, 1), _rss_bytes(proc.pid)))
             steal.append((round(t, 1), _steal_s()))
             if not catalog or t - catalog[-1][0] >= SCRAPE_INTERVAL_S:
-                (mt, bc, compactions), _ = _scrape(metrics_url)
-                catalog.append((round(t, 1), mt, bc, compactions))
+                scraped, _ = _scrape(metrics_url)
+                catalog.append((round(t, 1), *scraped))
 
         before = _scrape(metrics_url)[1]
         loaded, load_s = clients.run("load", args.seconds, rate, sample)
@@ -636,15 +651,13 @@ def growth_pct(samples: list[tuple[float, int]], seconds: float) -> tuple[float,
     return head, tail, (tail - head) / head * 100 if head else float("nan")
 
 
-def _scraped_at(
-    catalog: list[tuple[float, int, int, int]], t: float
-) -> tuple[float, int, int, int]:
+def _scraped_at(catalog: list[Scrape], t: float) -> Scrape:
     """The last scrape at or before ``t`` (zeros before the first)."""
     at = bisect.bisect_right(catalog, t, key=lambda row: row[0]) - 1
-    return catalog[at] if at >= 0 else (0.0, 0, 0, 0)
+    return catalog[at] if at >= 0 else (0.0, 0, 0, 0, 0.0, 0)
 
 
-def _caches_at(catalog: list[tuple[float, int, int, int]], t: float) -> int:
+def _caches_at(catalog: list[Scrape], t: float) -> int:
     """Memtables + block cache at ``t``: the last scrape at or before it."""
     row = _scraped_at(catalog, t)
     return row[1] + row[2]
@@ -674,12 +687,13 @@ def _steal_at(steal: list[tuple[float, float]], t: float) -> float:
 
 def _windows(
     result: dict[str, Any],
-    catalog: list[tuple[float, int, int, int]],
+    catalog: list[Scrape],
     steal: list[tuple[float, float]],
     seconds: float,
 ) -> list[dict[str, Any]]:
     """The small gets' p99 per ``WINDOW_S`` of the load phase, beside the SSD
-    segments the daemon compacted in it (from the scrapes) and the CPU time the
+    segments the daemon compacted in it and the seconds and records of its
+    write-back flushes (from the scrapes) and the CPU time the
     hypervisor gave other guests in it: a tail that grows over the run, or
     follows background work or a noisy neighbour, shows here and not in one p99."""
     lat, at = result["lat"]["get small"], result["small_at"]
@@ -689,11 +703,14 @@ def _windows(
         window = [x for x, t in zip(lat, at, strict=True) if lo <= t < hi]
         if not window:
             continue
+        start, end = _scraped_at(catalog, lo), _scraped_at(catalog, hi)
         rows.append({
             "from_s": lo,
             "ops": len(window),
             "p99_ms": round(percentile(window, 99) * 1000, 3),
-            "compactions": _scraped_at(catalog, hi)[3] - _scraped_at(catalog, lo)[3],
+            "compactions": end[3] - start[3],
+            "writeback_flush_s": round(end[4] - start[4], 2),
+            "writeback_flushed_records": end[5] - start[5],
             "cpu_steal_s": round(_steal_at(steal, hi) - _steal_at(steal, lo), 2),
         })  # fmt: skip
     return rows
@@ -742,7 +759,7 @@ def _report(
     settled: tuple[dict[str, Any], float] | None,
     loaded: tuple[dict[str, Any], float, Any],
     memory: list[tuple[float, int]],
-    catalog: list[tuple[float, int, int, int]],
+    catalog: list[Scrape],
     steal: list[tuple[float, float]],
 ) -> int:
     result, seconds, server = loaded
@@ -785,7 +802,7 @@ def _report(
         "catalog_memory_mib": {
             "note": "RocksDB memtables (bounded to 64 MiB) and block cache (64 MiB), part of RSS",
             "timeline": [
-                (t, round(mt / MiB, 1), round(bc / MiB, 1)) for t, mt, bc, _ in catalog[::step]
+                (t, round(mt / MiB, 1), round(bc / MiB, 1)) for t, mt, bc, *_ in catalog[::step]
             ],
         },
         "small_get_p99_by_window": _windows(result, catalog, steal, seconds),
