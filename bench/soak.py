@@ -1,6 +1,7 @@
 """Soak: many concurrent clients of every kind for a bounded time.
 
     python -m bench.soak [--seconds 300] [--saturate-seconds 30] [--settle-seconds 30]
+                         [--settle-max-seconds 150]
                          [--load-fraction 0.6 | --rate OPS] [--clients 64] [--procs 4]
 
 Starts ``tiermem serve`` in a subprocess, preloads a hot set, then starts
@@ -12,10 +13,12 @@ same mix:
 
 1. **saturation** (``--saturate-seconds``): no think time; the ops/s served is
    the capacity of this daemon with these client processes on this machine;
-   then, unmeasured (``--settle-seconds``), the load rate runs while the
-   compactions and queued flushes the saturation left behind drain (a daemon
-   provisioned for that rate would not carry them); its errors still count
-   and its small-get p99 is reported under ``settle``;
+   then, unmeasured (``--settle-seconds``, then in 10 s steps until the
+   scratchpad's write-back flushes keep up again, ``--settle-max-seconds`` in
+   all), the load rate runs while the compactions and the flush backlog the
+   saturation left behind drain (a daemon provisioned for that rate would not
+   carry them); its errors still count and its small-get p99 is reported
+   under ``settle``;
 2. **load** (``--seconds``): the clients together offer ``--load-fraction`` of
    that capacity (or ``--rate`` ops/s) as a Poisson stream.
 
@@ -489,6 +492,13 @@ def main() -> int:
         default=30,
         help="run the load rate this long, unmeasured, before the load phase (s)",
     )
+    parser.add_argument(
+        "--settle-max-seconds",
+        type=float,
+        default=150,
+        help="go on settling, in 10 s steps, until the write-back flushes have caught up, "
+        "at most this long in all (s)",
+    )
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--procs", type=int, default=4)
     args = parser.parse_args()
@@ -589,7 +599,7 @@ def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
             # not carry (compactions of the LSM levels it filled, queued flushes): let
             # it drain at the load rate before measuring. Reported, not hidden.
             say(f"daemon pid {proc.pid}: settling at {rate:.0f} ops/s, {args.settle_seconds:.0f} s")
-            settled = clients.run("settle", args.settle_seconds, rate, lambda t: None)
+            settled = _settle(clients, args, rate, metrics_url)
         say(f"daemon pid {proc.pid}: load phase at {rate:.0f} ops/s, {args.seconds:.0f} s")
         memory: list[tuple[float, int]] = []
         catalog: list[Scrape] = []
@@ -602,7 +612,9 @@ def _soak(proc: subprocess.Popen[str], args: argparse.Namespace) -> int:
                 scraped, _ = _scrape(metrics_url)
                 catalog.append((round(t, 1), *scraped))
 
-        before = _scrape(metrics_url)[1]
+        scraped, before = _scrape(metrics_url)
+        # the first window's baseline (without it, its counts ran from the daemon's start)
+        catalog.append((0.0, *scraped))
         loaded, load_s = clients.run("load", args.seconds, rate, sample)
         load_server = _server_ms(before, _scrape(metrics_url)[1])
     finally:
@@ -737,14 +749,66 @@ def _phase_details(result: dict[str, Any], seconds: float, server: Any) -> dict[
     return details
 
 
-def _settle_details(settled: tuple[dict[str, Any], float] | None) -> dict[str, Any] | None:
+#: Settling goes on in steps of this length until, in one step, the write-back
+#: flushes kept up: at least FLUSHES_CAUGHT_UP of them ended (one that embeds the
+#: saturation's backlog takes tens of seconds; a caught-up one, 1-2 s at the load
+#: rate) and at most SETTLE_DRAINED_RECORDS records were left waiting.
+SETTLE_STEP_S = 10.0
+FLUSHES_CAUGHT_UP = 2
+SETTLE_DRAINED_RECORDS = 100
+
+
+def _writeback(url: str) -> tuple[float, float]:
+    """(records waiting in the write-back buffer, flushes done so far)."""
+    buffered = flushes = 0.0
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith("tiermem_writeback_buffer_records "):
+                buffered = float(line.rsplit(" ", 1)[1])
+            elif line.startswith("tiermem_writeback_flush_duration_seconds_count "):
+                flushes = float(line.rsplit(" ", 1)[1])
+    return buffered, flushes
+
+
+def _settle(
+    clients: _Clients, args: argparse.Namespace, rate: float, url: str
+) -> tuple[dict[str, Any], float, dict[str, Any]]:
+    """The load rate for --settle-seconds, then in SETTLE_STEP_S steps until a step
+    in which the write-back flushes kept up (or --settle-max-seconds in all). The
+    capacity phase appends records faster than the embedder (which runs at a lower
+    priority than the handlers) flushes them; without this the load phase's first
+    minutes would embed that backlog, work a daemon provisioned for the load rate
+    never has."""
+    parts: list[dict[str, Any]] = []
+    first, seconds = clients.run("settle", args.settle_seconds, rate, lambda t: None)
+    parts.append(first)
+    caught_up = False
+    steps = 0
+    while not caught_up and seconds + SETTLE_STEP_S <= args.settle_max_seconds:
+        _, flushes_before = _writeback(url)
+        result, step_s = clients.run("settle", SETTLE_STEP_S, rate, lambda t: None)
+        parts.append(result)
+        seconds += step_s
+        steps += 1
+        buffered, flushes = _writeback(url)
+        caught_up = (
+            flushes - flushes_before >= FLUSHES_CAUGHT_UP and buffered <= SETTLE_DRAINED_RECORDS
+        )
+    return _merge(parts), seconds, {"extra_steps": steps, "flushes_caught_up": caught_up}
+
+
+def _settle_details(
+    settled: tuple[dict[str, Any], float, dict[str, Any]] | None,
+) -> dict[str, Any] | None:
     """The unmeasured phase between capacity and load, in brief (its errors count)."""
     if settled is None:
         return None
-    result, seconds = settled
+    result, seconds, drain = settled
     return {
         "note": "the load rate, run before the load phase so the capacity phase's debt "
-        "drains; not part of the goals except its errors",
+        "(compactions, the write-back flushes' backlog) drains; not part of the goals "
+        "except its errors",
+        **drain,
         "seconds": round(seconds, 1),
         "ops": _ops(result),
         "errors": sum(result["errors"].values()),
@@ -756,7 +820,7 @@ def _report(
     args: argparse.Namespace,
     load: dict[str, float],
     saturated: tuple[dict[str, Any], float, Any],
-    settled: tuple[dict[str, Any], float] | None,
+    settled: tuple[dict[str, Any], float, dict[str, Any]] | None,
     loaded: tuple[dict[str, Any], float, Any],
     memory: list[tuple[float, int]],
     catalog: list[Scrape],
@@ -824,7 +888,8 @@ LOAD_NOTE = (
     "definition (reported under 'saturation'). Load: the clients together offer "
     "load_fraction of that capacity as a Poisson stream (each client an open loop at "
     "1/64 of the rate), after the same rate has run unmeasured for settle_seconds "
-    "so the saturation's compactions and queued flushes drain; the goals (errors, "
+    "and then until the write-back flushes keep up (settle.seconds in all), so the "
+    "saturation's compactions and flush backlog drain; the goals (errors, "
     "memory growth, p99 of small gets) are measured in this phase, a load the "
     "machine can serve with headroom, as a production daemon would be provisioned."
 )
