@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tests.polling import poll_until
 from tiermem.client import Client, Kind, Profile, Tier
 from tiermem.server.app import Daemon
 from tiermem.server.services.pacer import BytePacer
@@ -41,13 +42,6 @@ def assert_all_present(daemon: Daemon, values: dict[str, bytes]) -> None:
             assert client.get(Kind.BLOB, key) == data, key
 
 
-def wait_for(predicate, timeout_s: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_a_paced_pass_waits_bytes_over_rate_and_moves_every_live_value(make_daemon) -> None:  # type: ignore[no-untyped-def]
     daemon: Daemon = make_daemon(
         tiers={"ssd": {"segment_bytes": 4 * MiB}}, background={"compaction_interval_s": 3600}
@@ -79,7 +73,7 @@ def test_pacing_gives_way_when_the_ssd_tier_needs_its_space(make_daemon) -> None
         background={"compaction_interval_s": 0.2},
     )
     values = fill_and_thin(daemon)
-    wait_for(lambda: sample(daemon, "tiermem_segment_compactions_total") >= 3)
+    assert poll_until(lambda: sample(daemon, "tiermem_segment_compactions_total") >= 3, 30)
     assert sample(daemon, "tiermem_segment_compaction_paced_seconds_total") == 0
     assert_all_present(daemon, values)
 
@@ -93,7 +87,9 @@ def test_a_stop_ends_a_paced_pass_and_the_half_compacted_segment_loses_nothing(
     )
     values = fill_and_thin(daemon)
     # the pass has copied its first value and waits ~11 minutes before the next
-    wait_for(lambda: sample(daemon, "tiermem_segment_compaction_paced_seconds_total") > 60)
+    assert poll_until(
+        lambda: sample(daemon, "tiermem_segment_compaction_paced_seconds_total") > 60, 30
+    )
     assert sample(daemon, "tiermem_segment_compactions_total") == 0
     started = time.monotonic()
     daemon.stop(grace_s=0)

@@ -1,15 +1,9 @@
 import os
 import time
 
+from tests.polling import poll_until
 from tiermem.client import Client, Kind, Tier
 from tiermem.server.app import Daemon
-
-
-def wait_for(predicate, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.05)
 
 
 def test_background_demotion_brings_dram_to_the_low_watermark(make_daemon) -> None:  # type: ignore[no-untyped-def]
@@ -25,7 +19,7 @@ def test_background_demotion_brings_dram_to_the_low_watermark(make_daemon) -> No
         def dram_used() -> int:
             return next(t.used_bytes for t in client.stats().tiers if t.tier == Tier.DRAM)
 
-        wait_for(lambda: dram_used() <= 0.6 * (32 << 20))
+        assert poll_until(lambda: dram_used() <= 0.6 * (32 << 20), 10)
         tiers = {key: client.stat(Kind.KV_BLOCK, key).tier for key in values}
         assert Tier.SSD in tiers.values() and Tier.DRAM in tiers.values()
         # Least recently used went first: the earliest keys are the ones on SSD.
