@@ -125,8 +125,8 @@ class SsdConfig(TierConfig):
     """A sealed segment whose live bytes fall below this fraction is compacted."""
     compaction_rate_bytes_per_s: ByteSize = ByteSize(64 * MiB)
     """Live bytes background compaction copies per second at most (0: no limit), so
-    a pass does not take a core from the request handlers for seconds at a time.
-    A pass run on request (``Daemon.maintain``) is not paced."""
+    a pass over many segments does not hold a core and the disk for seconds at a
+    time. A pass run on request (``Daemon.maintain``) is not paced."""
     compaction_unpaced_above: float = Field(default=0.8, gt=0, le=1)
     """Fraction of capacity at which background compaction stops pacing itself: the
     tier needs its space back sooner than the handlers need the core."""

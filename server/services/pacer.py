@@ -1,12 +1,13 @@
 """Spreading background byte work over time at a configured rate.
 
-Segment compaction copies tens of megabytes in one pass; run back to back it
-takes a core from the request handlers for seconds, and on a small host the
-requests queue behind it (the soak's first window after a burst of writes
-shows it). Pacing it to a byte rate, as RocksDB's rate limiter paces its
-flushes and compactions, turns that burst into a steady trickle the handlers
-absorb. Pacing gives way when falling behind would cost more than the burst:
-``unpaced()`` says so (the SSD tier is nearly full and needs the space back).
+Segment compaction copies tens of megabytes in one pass; back to back, a pass
+that finds many segments keeps a core and the disk busy for seconds while
+requests need them. Pacing it to a byte rate, as RocksDB's rate limiter paces
+its flushes and compactions, bounds that share. (On the 2-core soak it made no
+measurable difference: there a segment takes 0.2-0.5 s, and the tail came from
+the scratchpad's embedder; see docs/benchmarks.md.) Pacing gives way when
+falling behind would cost more: ``unpaced()`` says so (the SSD tier is nearly
+full and needs the space back).
 """
 
 from __future__ import annotations
