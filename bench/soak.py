@@ -416,6 +416,13 @@ def _merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 Scrape = tuple[float, int, int, int, float, int]
 
 
+def _metric_lines(url: str) -> list[str]:
+    """The daemon's metrics page, a line per sample."""
+    with urllib.request.urlopen(url, timeout=5) as reply:
+        page: bytes = reply.read()
+    return page.decode().splitlines()
+
+
 def _scrape(
     url: str,
 ) -> tuple[tuple[int, int, int, float, int], dict[str, tuple[float, float, float]]]:
@@ -428,30 +435,29 @@ def _scrape(
     parts = {"memtables": 0, "block_cache": 0, "compactions": 0, "flushed": 0}
     flush_s = 0.0
     rpcs: dict[str, tuple[float, float, float]] = {}
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        for line in reply.read().decode().splitlines():
-            if line.startswith("tiermem_segment_compactions_total "):
-                parts["compactions"] = int(float(line.rsplit(" ", 1)[1]))
-            elif line.startswith("tiermem_writeback_flush_duration_seconds_sum "):
-                flush_s = float(line.rsplit(" ", 1)[1])
-            elif line.startswith("tiermem_writeback_flushed_records_total "):
-                parts["flushed"] = int(float(line.rsplit(" ", 1)[1]))
-            elif line.startswith("tiermem_catalog_memory_bytes{"):
-                part = line.split('part="', 1)[1].split('"', 1)[0]
-                parts[part] = int(float(line.rsplit(" ", 1)[1]))
-            elif line.startswith(("tiermem_request_duration_seconds_count{",
-                                  "tiermem_request_duration_seconds_sum{",
-                                  "tiermem_request_duration_seconds_bucket{")):  # fmt: skip
-                method = line.split('method="', 1)[1].split('"', 1)[0]
-                count, total, fast = rpcs.get(method, (0.0, 0.0, 0.0))
-                value = float(line.rsplit(" ", 1)[1])
-                if "_count{" in line:
-                    count += value
-                elif "_sum{" in line:
-                    total += value
-                elif 'le="0.01"' in line:
-                    fast += value
-                rpcs[method] = (count, total, fast)
+    for line in _metric_lines(url):
+        if line.startswith("tiermem_segment_compactions_total "):
+            parts["compactions"] = int(float(line.rsplit(" ", 1)[1]))
+        elif line.startswith("tiermem_writeback_flush_duration_seconds_sum "):
+            flush_s = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("tiermem_writeback_flushed_records_total "):
+            parts["flushed"] = int(float(line.rsplit(" ", 1)[1]))
+        elif line.startswith("tiermem_catalog_memory_bytes{"):
+            part = line.split('part="', 1)[1].split('"', 1)[0]
+            parts[part] = int(float(line.rsplit(" ", 1)[1]))
+        elif line.startswith(("tiermem_request_duration_seconds_count{",
+                              "tiermem_request_duration_seconds_sum{",
+                              "tiermem_request_duration_seconds_bucket{")):  # fmt: skip
+            method = line.split('method="', 1)[1].split('"', 1)[0]
+            count, total, fast = rpcs.get(method, (0.0, 0.0, 0.0))
+            value = float(line.rsplit(" ", 1)[1])
+            if "_count{" in line:
+                count += value
+            elif "_sum{" in line:
+                total += value
+            elif 'le="0.01"' in line:
+                fast += value
+            rpcs[method] = (count, total, fast)
     scraped = (parts["memtables"], parts["block_cache"], parts["compactions"], flush_s)
     return (*scraped, parts["flushed"]), rpcs
 
@@ -761,12 +767,11 @@ SETTLE_DRAINED_RECORDS = 100
 def _writeback(url: str) -> tuple[float, float]:
     """(records waiting in the write-back buffer, flushes done so far)."""
     buffered = flushes = 0.0
-    with urllib.request.urlopen(url, timeout=5) as reply:
-        for line in reply.read().decode().splitlines():
-            if line.startswith("tiermem_writeback_buffer_records "):
-                buffered = float(line.rsplit(" ", 1)[1])
-            elif line.startswith("tiermem_writeback_flush_duration_seconds_count "):
-                flushes = float(line.rsplit(" ", 1)[1])
+    for line in _metric_lines(url):
+        if line.startswith("tiermem_writeback_buffer_records "):
+            buffered = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("tiermem_writeback_flush_duration_seconds_count "):
+            flushes = float(line.rsplit(" ", 1)[1])
     return buffered, flushes
 
 

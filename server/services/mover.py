@@ -16,7 +16,6 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable
 from typing import Protocol
 
 from tiermem.server.catalog.catalog import SEG_NONE, Entry
@@ -368,11 +367,7 @@ class Mover:
         return sum(1 for n in freed if n > 0), sum(freed)
 
     # -- compaction ---------------------------------------------------------------------
-    def compact(
-        self,
-        on_progress: Callable[[int], None] | None = None,
-        pacer: BytePacer | None = None,
-    ) -> int:
+    def compact(self, pacer: BytePacer | None = None) -> int:
         """Compact every segment below the live-ratio threshold; returns how many.
         ``pacer`` (the background pass's) spreads the copying over time. Passes never
         overlap: one waits for another (say, ``Daemon.maintain`` during the
@@ -385,8 +380,6 @@ class Mover:
                     break
                 if self.compact_segment(seg_id, pacer):
                     done += 1
-                    if on_progress is not None:
-                        on_progress(seg_id)
         return done
 
     def compact_segment(self, seg_id: int, pacer: BytePacer | None = None) -> bool:
