@@ -18,7 +18,7 @@ store (same ``tiers.remote.deployment``), as two inference nodes would.
   in B: each batch's data-plane read (shared memory) makes B fetch them from
   the remote store straight into fresh arena extents (Redis: in parts on the
   wire at once, over B's own RESP connections, each payload received from the
-  socket into its extent; Mooncake: one batch_get_into_multi_buffers, each
+  socket into its extent; Mooncake: one get session's ranged read, each
   value transferred whole into one slice, an extent with room for its head
   before the payload, the head's room given back once it landed), verify
   each there against its checksum, and lease those extents to the client,

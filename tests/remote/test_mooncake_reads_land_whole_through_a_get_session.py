@@ -2,12 +2,14 @@
 (``batch_get_session_start``, then ``batch_get_into_multi_buffer_ranges``,
 then ``batch_get_session_end``), 16 values of 1 MiB in 9.7 ms here against
 14.4 ms by ``batch_get_into_multi_buffers``. Values land byte-exact, a missing
-name is None, a value the lander declines comes whole, and the answers are
-the same as by the older call (kept for clients without sessions). Every
-session it starts is ended. A name removed between the length query and the
-transfer is a miss, not an error. Sessions are kept per name in the Mooncake
-client, so concurrent reads of the same names can end each other's: every
-one of them still answers the right bytes."""
+name is None, a value the lander declines or whose head it does not take
+comes whole, and the answers are the same as by the older call (kept for
+clients without sessions). Every session it starts is ended. A name removed
+between the length query and the transfer is a miss, not an error; a value
+that grew meanwhile (the session reads only the bytes asked for) is read
+again whole, never answered cut short. The Mooncake client keeps one session
+per name for the whole process: concurrent reads of the same names do not
+end each other's, so none of them has to read again."""
 
 from __future__ import annotations
 
@@ -75,8 +77,9 @@ def _backend(peer: MooncakeStore, ranged: bool) -> tuple[MooncakeBackend, Counti
 
 
 class WholeLander:
-    """Lands every value starting with b"LAND" whole into a buffer of its own
-    (its payload past a 16-byte head), except the one at ``declined``."""
+    """Lands every value whole into a buffer of its own, except the one at
+    ``declined``; takes a value as landed when its 16-byte head is b"LAND"
+    and the value's length (as ``decode_head`` checks a tiermem head)."""
 
     def __init__(self, declined: int = -1) -> None:
         self.declined = declined
@@ -89,11 +92,15 @@ class WholeLander:
         return HEAD, memoryview(self.buffers[index])
 
     def head_read(self, index: int, head: memoryview, value_len: int) -> bool:
-        return bytes(head[:4]) == b"LAND"
+        return bytes(head[:4]) == b"LAND" and int.from_bytes(head[4:12], "little") == value_len
+
+
+def _value(size: int) -> bytes:
+    return b"LAND" + size.to_bytes(8, "little") + bytes(4) + os.urandom(size - HEAD)
 
 
 def _values(n: int) -> list[bytes]:
-    return [b"LAND" + os.urandom(HEAD - 4 + MiB + i * 4099) for i in range(n)]
+    return [_value(HEAD + MiB + i * 4099) for i in range(n)]
 
 
 @pytest.mark.parametrize("ranged", [True, False], ids=["get-session", "multi-buffers"])
@@ -151,6 +158,35 @@ def test_a_name_removed_after_its_length_was_asked_is_a_miss(store: MooncakeStor
         backend.close()
 
 
+def test_a_value_that_grew_after_its_length_was_asked_is_read_again_whole(
+    store: MooncakeStore,
+) -> None:
+    backend, counting = _backend(store, ranged=True)
+    try:
+        names = [f"t/{uuid.uuid4().hex}/{i}" for i in range(3)]
+        values = _values(len(names))
+        assert backend.put_many(names, values) == [True] * len(names)
+        grown = _value(2 * MiB + 777)
+        asked = backend._lengths
+
+        def lengths_then_grow(batch: Any) -> list[int]:
+            out = asked(batch)
+            assert backend.put_many([names[1]], [grown]) == [True]
+            return out
+
+        backend._lengths = lengths_then_grow  # type: ignore[method-assign]
+        lander = WholeLander()
+        got = backend.get_many_into(names, lander)
+        item = got[1]
+        assert isinstance(item, tuple) and bytes(item[0]) == grown
+        backend.release(item[1])
+        for i in (0, 2):
+            assert got[i] is LANDED and bytes(lander.buffers[i]) == values[i]
+        assert counting.calls["batch_get_buffer"] == 1  # the grown one, read again
+    finally:
+        backend.close()
+
+
 def test_concurrent_reads_of_the_same_names_all_answer_the_right_bytes(
     store: MooncakeStore,
 ) -> None:
@@ -184,5 +220,8 @@ def test_concurrent_reads_of_the_same_names_all_answer_the_right_bytes(
         assert not any(t.is_alive() for t in threads)
         assert wrong == []
         assert counting.calls["batch_get_into_multi_buffer_ranges"] == 60
+        # no read lost its session to another's end, so none was read again
+        assert counting.calls["batch_get_buffer"] == 0
+        assert set(counting.ended) == set(names)
     finally:
         backend.close()

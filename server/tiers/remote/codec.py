@@ -30,7 +30,7 @@ name the same chunk alike.
 A value may instead have a **head of fixed size** (magic "TMR2"): the same
 header and metadata, then zeros up to ``FIXED_HEAD_BYTES``, then the payload.
 A reader that must say where every byte goes before it reads any (Mooncake's
-``batch_get_into_multi_buffers``) then knows from the value's length alone
+get session and ``batch_get_into_multi_buffer_ranges``) then knows from the value's length alone
 where the payload starts, and lands it straight where it is wanted. Values of
 at least ``FIXED_HEAD_MIN_PAYLOAD_BYTES`` are written that way on Mooncake
 (``RemoteTier.pack``).

@@ -42,6 +42,8 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -106,6 +108,9 @@ class MooncakeBackend(RemoteBackend):
             raise RemoteError(f"Mooncake client setup against {self.address} returned {rc}")
         #: get sessions (``_transfer_into``): 0.3.13.post1 has them, older releases may not
         self.ranged_reads = hasattr(self._store, "batch_get_into_multi_buffer_ranges")
+        #: reads between their session's start and end, per name
+        self._readers: Counter[str] = Counter()
+        self._readers_lock = threading.Lock()
 
     @property
     def address(self) -> str:
@@ -140,7 +145,10 @@ class MooncakeBackend(RemoteBackend):
         """``get_many``, each value with a head of fixed size landing whole in
         the buffer ``lander`` gives for it (one transfer into one slice); the
         others, and values gone or resized since their length was asked,
-        through ``get_many``."""
+        through ``get_many``. A get session reads as many bytes as it is asked
+        for, so a value that grew meanwhile lands cut short: its head then
+        announces another length, ``head_read`` says False (as ``decode_head``
+        does for such a head), and the value is read again whole."""
         out: list[tuple[memoryview, object] | Landed | None] = [None] * len(names)
         lengths = self._lengths(names)
         placed: list[tuple[int, int, int, memoryview]] = []  # index, length, head, whole
@@ -159,13 +167,12 @@ class MooncakeBackend(RemoteBackend):
         )
         answered: set[int] = set()
         for (i, length, head, whole), code in zip(placed, codes, strict=True):
-            if code != length:
-                continue  # gone or resized meanwhile (or a failed transfer): asked again
-            answered.add(i)
-            if lander.head_read(i, whole[:head], length):
+            # Asked again: gone or shrunk meanwhile, or a failed transfer (code !=
+            # length); grown meanwhile (read cut short), another layout or a
+            # damaged head (head_read False)
+            if code == length and lander.head_read(i, whole[:head], length):
+                answered.add(i)
                 out[i] = LANDED
-            else:  # another layout: the value whole, as ``get_many`` gives it
-                out[i] = (memoryview(bytes(whole)), None)
         ask = [i for i in range(len(names)) if i not in answered]
         if ask:
             for i, got in zip(ask, self.get_many([names[i] for i in ask]), strict=True):
@@ -175,8 +182,8 @@ class MooncakeBackend(RemoteBackend):
     def _transfer_into(
         self, names: list[str], addresses: list[int], lengths: list[int]
     ) -> list[int]:
-        """Each value whole into one buffer: per name, the bytes read (its
-        length) or a negative Mooncake code.
+        """Each value whole into one buffer: per name, the bytes read (the
+        length asked for) or a negative Mooncake code.
 
         A get session where the client has one (``batch_get_session_start``:
         the master's replica query and lease, then ``..._multi_buffer_ranges``
@@ -185,22 +192,32 @@ class MooncakeBackend(RemoteBackend):
         the master in the same way. A name the session could not start for
         (gone meanwhile, no complete memory replica) or whose lease ran out
         during the transfer answers a negative code, as the other call does.
-        Sessions are kept per name in the client: a concurrent read of the
-        same name may end this one's early, which also answers a negative code
-        (the caller then reads the value the ordinary way)."""
+        The client keeps one session per name, shared by the process's
+        threads, so a read ends the sessions of only the names no other read
+        of this backend is between start and end for (``_readers``); an end
+        by another client of the process would make the read of those names
+        answer a negative code (read again the ordinary way)."""
         if not self.ranged_reads:
             return list(
                 self._store.batch_get_into_multi_buffers(
                     names, [[a] for a in addresses], [[n] for n in lengths]
                 )
             )
-        started = self._store.batch_get_session_start(names)
+        with self._readers_lock:
+            self._readers.update(names)
         try:
+            started = self._store.batch_get_session_start(names)
             got = self._store.batch_get_into_multi_buffer_ranges(
                 names, [[a] for a in addresses], [[n] for n in lengths], [[0]] * len(names)
             )
         finally:
-            self._store.batch_get_session_end(names)
+            with self._readers_lock:  # held while ending: a start after it is not undone
+                self._readers.subtract(names)
+                done = [n for n in set(names) if self._readers[n] <= 0]
+                for n in done:
+                    del self._readers[n]
+                if done:
+                    self._store.batch_get_session_end(done)
         if len(started) != len(names) or len(got) != len(names):
             raise RemoteError(f"Mooncake get session of {len(names)} values answered nothing")
         return [code if code < 0 else read for code, read in zip(started, got, strict=True)]
