@@ -17,7 +17,7 @@ import os
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -134,20 +134,32 @@ def test_values_land_whole_byte_exact_and_every_session_is_ended(
         backend.close()
 
 
+def _stored(backend: MooncakeBackend, n: int) -> tuple[list[str], list[bytes]]:
+    """``n`` new names and the values stored under them."""
+    names = [f"t/{uuid.uuid4().hex}/{i}" for i in range(n)]
+    values = _values(n)
+    assert backend.put_many(names, values) == [True] * n
+    return names, values
+
+
+def _after_asking_lengths(backend: MooncakeBackend, then: Callable[[], None]) -> None:
+    """Run ``then`` right after the backend asked the master for the values'
+    lengths, before their transfer."""
+    asked = backend._lengths
+
+    def lengths_then(batch: Any) -> list[int]:
+        out = asked(batch)
+        then()
+        return out
+
+    backend._lengths = lengths_then  # type: ignore[method-assign]
+
+
 def test_a_name_removed_after_its_length_was_asked_is_a_miss(store: MooncakeStore) -> None:
     backend, counting = _backend(store, ranged=True)
     try:
-        names = [f"t/{uuid.uuid4().hex}/{i}" for i in range(4)]
-        values = _values(len(names))
-        assert backend.put_many(names, values) == [True] * len(names)
-        asked = backend._lengths
-
-        def lengths_then_remove(batch: Any) -> list[int]:
-            out = asked(batch)
-            backend.delete_many([names[1]])
-            return out
-
-        backend._lengths = lengths_then_remove  # type: ignore[method-assign]
+        names, values = _stored(backend, 4)
+        _after_asking_lengths(backend, lambda: backend.delete_many([names[1]]))
         lander = WholeLander()
         got = backend.get_many_into(names, lander)
         assert got[1] is None
@@ -163,18 +175,13 @@ def test_a_value_that_grew_after_its_length_was_asked_is_read_again_whole(
 ) -> None:
     backend, counting = _backend(store, ranged=True)
     try:
-        names = [f"t/{uuid.uuid4().hex}/{i}" for i in range(3)]
-        values = _values(len(names))
-        assert backend.put_many(names, values) == [True] * len(names)
+        names, values = _stored(backend, 3)
         grown = _value(2 * MiB + 777)
-        asked = backend._lengths
 
-        def lengths_then_grow(batch: Any) -> list[int]:
-            out = asked(batch)
+        def grow() -> None:
             assert backend.put_many([names[1]], [grown]) == [True]
-            return out
 
-        backend._lengths = lengths_then_grow  # type: ignore[method-assign]
+        _after_asking_lengths(backend, grow)
         lander = WholeLander()
         got = backend.get_many_into(names, lander)
         item = got[1]
@@ -192,9 +199,7 @@ def test_concurrent_reads_of_the_same_names_all_answer_the_right_bytes(
 ) -> None:
     backend, counting = _backend(store, ranged=True)
     try:
-        names = [f"t/{uuid.uuid4().hex}/{i}" for i in range(6)]
-        values = _values(len(names))
-        assert backend.put_many(names, values) == [True] * len(names)
+        names, values = _stored(backend, 6)
         wrong: list[str] = []
 
         def reader() -> None:
