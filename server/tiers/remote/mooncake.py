@@ -193,10 +193,10 @@ class MooncakeBackend(RemoteBackend):
         (gone meanwhile, no complete memory replica) or whose lease ran out
         during the transfer answers a negative code, as the other call does.
         The client keeps one session per name, shared by the process's
-        threads, so a read ends the sessions of only the names no other read
-        of this backend is between start and end for (``_readers``); an end
-        by another client of the process would make the read of those names
-        answer a negative code (read again the ordinary way)."""
+        threads, so a read ends only the sessions of names that no other read
+        of this backend has started and not yet ended (``_readers``). Were
+        another user of the client to end one meanwhile, the read of that
+        name would answer a negative code (and be read the ordinary way)."""
         if not self.ranged_reads:
             return list(
                 self._store.batch_get_into_multi_buffers(
@@ -211,7 +211,8 @@ class MooncakeBackend(RemoteBackend):
                 names, [[a] for a in addresses], [[n] for n in lengths], [[0]] * len(names)
             )
         finally:
-            with self._readers_lock:  # held while ending: a start after it is not undone
+            # held while ending: a read counted after this end starts its own session
+            with self._readers_lock:
                 self._readers.subtract(names)
                 done = [n for n in set(names) if self._readers[n] <= 0]
                 for n in done:
